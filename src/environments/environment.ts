@@ -1,0 +1,103 @@
+/**
+ * One interface for every place a trial can run (Docker, local processes; Kubernetes and cloud sandboxes later).
+ * Methods take serialisable handles so that any activity attempt, on any worker of the same host, can address an
+ * environment started by an earlier one.
+ */
+import type { EnvironmentHandle, TrialResources } from '../trial/types';
+
+/** Labels on every container and image Rollout creates, so anything left behind can be found and removed. */
+export const LABEL_JOB = 'rollout.job';
+export const LABEL_TRIAL = 'rollout.trial';
+export const LABEL_HOST = 'rollout.host';
+export const LABEL_ENV_KEY = 'rollout.env-key';
+
+export interface BuildRequest {
+  /** The task's environment/ folder. */
+  contextDir: string;
+  /** Content hash of contextDir + dockerImage: the image tag, so identical environments build once. */
+  envKey: string;
+  /** task.toml environment.docker_image: used directly when present. */
+  dockerImage: string | null;
+  force: boolean;
+  jobName: string;
+  timeoutMs: number;
+  signal?: AbortSignal;
+  /** Called with build output lines (for trial.log and heartbeats). */
+  onOutput?: (line: string) => void;
+}
+
+export interface BuildResult {
+  image: string;
+  /** True when Rollout built (or owns) the image, so it may delete it when the job is done with it. */
+  built: boolean;
+}
+
+export interface StartRequest {
+  image: string;
+  jobName: string;
+  trialId: string;
+  trialName: string;
+  hostId: string;
+  resources: TrialResources;
+  /** Environment variables of the environment itself (ROLLOUT_TASK_INSTRUCTION, [environment.env]). */
+  env: Record<string, string>;
+  /** Working directory override ([environment].workdir); else the image's. */
+  workdir?: string;
+}
+
+export interface StartResult {
+  handle: EnvironmentHandle;
+  /** Resource limits that could not be enforced here, e.g. ["storage"]. */
+  unenforced: string[];
+}
+
+export interface ExecRequest {
+  command: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  /** When it passes, every process the command started in the environment is killed and `timedOut` is true. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+}
+
+export interface Environment {
+  readonly type: string;
+  /** Checks that the environment's backend answers (e.g. the Docker daemon); throws a one-line reason if not. */
+  ping(): Promise<void>;
+  build(request: BuildRequest): Promise<BuildResult>;
+  start(request: StartRequest): Promise<StartResult>;
+  exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult>;
+  /** Copies a host file or folder to `containerPath` (a folder's contents land inside containerPath). */
+  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void>;
+  /**
+   * Copies the contents of `containerPath` into `hostDir`. Only regular files and folders are written; links are
+   * skipped and nothing is written outside hostDir.
+   */
+  download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void>;
+  stop(handle: EnvironmentHandle): Promise<void>;
+  /** Removes the environment; idempotent (a missing one is not an error). */
+  remove(handle: EnvironmentHandle): Promise<void>;
+  /** Removes everything this host still holds for a trial (by label); returns how many were removed. */
+  removeTrial(trialId: string): Promise<number>;
+  /** Removes an image Rollout built; idempotent, and refuses (returns false) while a container still uses it. */
+  removeImage(image: string): Promise<boolean>;
+}
+
+/** An error of the task itself (e.g. its Dockerfile fails to build): not retried, recorded as the trial's error. */
+export class TaskEnvironmentError extends Error {
+  constructor(
+    readonly type: 'EnvironmentBuildError' | 'EnvironmentStartError',
+    message: string
+  ) {
+    super(message);
+    this.name = type;
+  }
+}

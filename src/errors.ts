@@ -1,0 +1,34 @@
+/**
+ * Errors a user sees before anything runs. Every problem names the file and the field, one line each, so a user
+ * can fix a whole job in one pass.
+ */
+export interface Problem {
+  file: string;
+  field?: string;
+  message: string;
+}
+
+export function formatProblem(problem: Problem): string {
+  return problem.field ? `${problem.file}: ${problem.field}: ${problem.message}` : `${problem.file}: ${problem.message}`;
+}
+
+export class InputError extends Error {
+  constructor(readonly problems: Problem[]) {
+    super(problems.map(formatProblem).join('\n'));
+    this.name = 'InputError';
+  }
+}
+
+/** Zod issues as problems of one file: the field is the dotted path of the offending key. */
+export function zodProblems(
+  file: string,
+  issues: readonly { path: readonly PropertyKey[]; message: string; code?: string; keys?: readonly string[] }[]
+): Problem[] {
+  return issues.flatMap((issue) => {
+    const base = issue.path.map(String).join('.');
+    if (issue.code === 'unrecognized_keys' && issue.keys) {
+      return issue.keys.map((key) => ({ file, field: base ? `${base}.${key}` : key, message: 'unknown key' }));
+    }
+    return [{ file, field: base || undefined, message: issue.message }];
+  });
+}

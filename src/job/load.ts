@@ -1,0 +1,61 @@
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+
+import { InputError, zodProblems } from '../errors';
+import type { JobConfig } from './schema';
+import { JobConfigSchema } from './schema';
+
+/** A job as resolved from its file: defaults applied, name set, paths absolute. Secrets stay `${VAR}`. */
+export type ResolvedJob = JobConfig & { name: string; jobs_dir: string };
+
+/** Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. */
+export async function loadJobFile(file: string): Promise<ResolvedJob> {
+  const absolute = path.resolve(file);
+  let text: string;
+  try {
+    text = await readFile(absolute, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new InputError([{ file: absolute, message: code === 'ENOENT' ? 'no such file' : `unreadable (${code})` }]);
+  }
+  let raw: unknown;
+  try {
+    raw = absolute.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (err) {
+    const message = (err as Error).message.split('\n')[0];
+    throw new InputError([{ file: absolute, message: `invalid ${absolute.endsWith('.json') ? 'JSON' : 'YAML'}: ${message}` }]);
+  }
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
+  }
+  const parsed = JobConfigSchema.safeParse(raw);
+  if (!parsed.success) throw new InputError(zodProblems(absolute, parsed.error.issues));
+  return resolveJob(parsed.data, absolute);
+}
+
+/**
+ * Dataset paths are relative to the job file (so a job runs from any folder), falling back to the working folder
+ * when only that one exists; jobs_dir is relative to the working folder, like Harbor's `jobs/`.
+ */
+function resolveJob(job: JobConfig, file: string): ResolvedJob {
+  const base = path.dirname(file);
+  return {
+    ...job,
+    name: job.name ?? path.basename(file).replace(/\.(ya?ml|json)$/, ''),
+    jobs_dir: path.resolve(job.jobs_dir),
+    datasets: job.datasets.map((dataset) => {
+      if ('path' in dataset) return { path: resolveExisting(base, dataset.path) };
+      if ('path' in dataset.registry) return { ...dataset, registry: { path: resolveExisting(base, dataset.registry.path) } };
+      return dataset;
+    }),
+  };
+}
+
+function resolveExisting(base: string, relative: string): string {
+  const fromFile = path.resolve(base, relative);
+  if (existsSync(fromFile)) return fromFile;
+  const fromCwd = path.resolve(relative);
+  return existsSync(fromCwd) ? fromCwd : fromFile;
+}

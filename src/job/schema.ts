@@ -1,0 +1,112 @@
+import { z } from 'zod';
+
+import { parseBytes, parseCpus } from '../quantity';
+
+/** job.yaml / job.json, as the spec defines it. Unknown keys are errors so typos never pass silently. */
+
+export const ENVIRONMENT_TYPES = ['docker', 'local'] as const;
+export type EnvironmentType = (typeof ENVIRONMENT_TYPES)[number];
+
+export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
+export type MetricType = (typeof METRIC_TYPES)[number];
+
+export const ORACLE_AGENT = 'oracle';
+
+const quantity = (parse: (v: string | number) => number) =>
+  z.union([z.string(), z.number()]).superRefine((value, ctx) => {
+    try {
+      parse(value);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
+/** "0" means "not set" for the spec's override and ceiling keys. */
+const optionalSeconds = z.number().nonnegative().default(0);
+
+export const AgentSchema = z
+  .strictObject({
+    name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only'),
+    description: z.string().optional(),
+    install: z.string().optional(),
+    execute: z.string().optional(),
+    env: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String)).default({}),
+    /** Ceiling for the install script (the spec has none; Harbor's fixed 360 s cap is a known pain point). */
+    install_timeout_sec: z.number().positive().default(900),
+  })
+  .superRefine((agent, ctx) => {
+    if (agent.name === ORACLE_AGENT) {
+      for (const key of ['install', 'execute'] as const) {
+        if (agent[key] !== undefined)
+          ctx.addIssue({ code: 'custom', path: [key], message: 'the built-in oracle agent takes no script' });
+      }
+    } else if (agent.execute === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['execute'],
+        message: `unknown agent "${agent.name}": built-in agents are [${ORACLE_AGENT}]; a custom agent needs an execute script`,
+      });
+    }
+  });
+export type AgentConfig = z.infer<typeof AgentSchema>;
+
+const RegistrySource = z.union([
+  z.strictObject({ path: z.string().min(1) }),
+  z.strictObject({ url: z.string().url() }),
+]);
+
+export const DatasetSchema = z.union([
+  z.strictObject({ path: z.string().min(1) }),
+  z.strictObject({ registry: RegistrySource, name: z.string().min(1), version: z.string().optional() }),
+]);
+export type DatasetConfig = z.infer<typeof DatasetSchema>;
+
+export const JobConfigSchema = z
+  .strictObject({
+    name: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only (it names a folder)')
+      .max(100)
+      .optional(),
+    jobs_dir: z.string().min(1).default('jobs'),
+    n_attempts: z.number().int().positive().default(1),
+    n_concurrent_trials: z.number().int().positive().default(4),
+    timeout_multiplier: z.number().positive().default(1),
+    log_level: z.enum(['debug', 'info', 'warn', 'warning', 'error']).default('info'),
+    environment: z
+      .strictObject({
+        type: z.enum(ENVIRONMENT_TYPES, {
+          message: `unknown environment type: expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
+        }),
+        force_build: z.boolean().default(false),
+        delete: z.boolean().default(true),
+        override_cpus: quantity(parseCpus).optional(),
+        override_memory: quantity(parseBytes).optional(),
+        override_storage: quantity(parseBytes).optional(),
+      })
+      .prefault({ type: 'docker' }),
+    verifier: z
+      .strictObject({
+        override_timeout_sec: optionalSeconds,
+        max_timeout_sec: optionalSeconds,
+        disable: z.boolean().default(false),
+      })
+      .prefault({}),
+    metrics: z
+      .array(z.strictObject({ type: z.enum(METRIC_TYPES) }))
+      .min(1)
+      .default([{ type: 'mean' }]),
+    agents: z.array(AgentSchema).min(1, 'at least one agent is required'),
+    datasets: z.array(DatasetSchema).min(1, 'at least one dataset is required'),
+  })
+  .superRefine((job, ctx) => {
+    const seen = new Set<string>();
+    job.agents.forEach((agent, index) => {
+      if (seen.has(agent.name))
+        ctx.addIssue({ code: 'custom', path: ['agents', index, 'name'], message: `duplicate agent "${agent.name}"` });
+      seen.add(agent.name);
+    });
+  });
+
+export type JobConfigInput = z.input<typeof JobConfigSchema>;
+export type JobConfig = z.infer<typeof JobConfigSchema>;

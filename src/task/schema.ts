@@ -1,0 +1,103 @@
+import { z } from 'zod';
+
+import { parseBytes, parseCpus } from '../quantity';
+
+/**
+ * task.toml: the spec's format (version = "1.0", memory = "2G") and Harbor's newer one (schema_version = "1.4",
+ * [task] name, cpus = 1, memory_mb, storage_mb, gpus, [verifier.env], [solution.env]) are both accepted unchanged.
+ * Keys Harbor defines but Rollout does not act on yet are accepted and ignored; any other key is an error.
+ */
+
+const quantity = (parse: (v: string | number) => number) =>
+  z.union([z.string(), z.number()]).refine(
+    (value) => {
+      try {
+        parse(value);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { message: 'not a quantity (examples: 1, 500m, 2G, 256Mi, 1.5Gi)' }
+  );
+
+const envTable = z.record(z.string(), z.string());
+const ignored = z.unknown().optional();
+const networkKeys = { network_mode: ignored, allowed_hosts: ignored };
+const timeoutSec = z.number().positive();
+
+const EnvironmentSection = z.strictObject({
+  build_timeout_sec: timeoutSec.default(600),
+  docker_image: z.string().min(1).nullable().default(null),
+  cpus: quantity(parseCpus).default('1'),
+  memory: quantity(parseBytes).optional(),
+  storage: quantity(parseBytes).optional(),
+  memory_mb: z.number().int().positive().optional(),
+  storage_mb: z.number().int().positive().optional(),
+  gpus: z.number().int().nonnegative().optional(),
+  env: envTable.default({}),
+  workdir: z.string().optional(),
+  os: ignored,
+  gpu_types: ignored,
+  tpu: ignored,
+  mcp_servers: ignored,
+  skills_dir: ignored,
+  healthcheck: ignored,
+  allow_internet: ignored,
+  ...networkKeys,
+});
+
+export const TaskConfigSchema = z
+  .strictObject({
+    version: z.string().optional(),
+    schema_version: z.string().optional(),
+    source: z.string().nullable().default(null),
+    metadata: z.record(z.string(), z.unknown()).default({}),
+    task: z.looseObject({ name: z.string().optional() }).optional(),
+    verifier: z
+      .strictObject({
+        timeout_sec: timeoutSec.default(600),
+        env: envTable.default({}),
+        user: ignored,
+        environment_mode: ignored,
+        environment: ignored,
+        collect: ignored,
+        ...networkKeys,
+      })
+      .prefault({}),
+    agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user: ignored, ...networkKeys }).prefault({}),
+    environment: EnvironmentSection.prefault({}),
+    solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
+    steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),
+    multi_step_reward_strategy: ignored,
+    artifacts: ignored,
+  })
+  .refine((config) => config.version !== undefined || config.schema_version !== undefined, {
+    message: 'required (the task format version, e.g. version = "1.0")',
+    path: ['version'],
+  });
+
+export type TaskConfig = z.infer<typeof TaskConfigSchema>;
+
+/** Resources a task asks for, in the units the environments enforce. */
+export interface TaskResources {
+  cpus: number;
+  memoryBytes: number;
+  storageBytes: number;
+  gpus: number;
+}
+
+const DEFAULT_MEMORY = '2G';
+const DEFAULT_STORAGE = '10G';
+
+export function taskResources(environment: TaskConfig['environment']): TaskResources {
+  const memoryBytes =
+    environment.memory_mb !== undefined
+      ? environment.memory_mb * 1e6
+      : parseBytes(environment.memory ?? DEFAULT_MEMORY);
+  const storageBytes =
+    environment.storage_mb !== undefined
+      ? environment.storage_mb * 1e6
+      : parseBytes(environment.storage ?? DEFAULT_STORAGE);
+  return { cpus: parseCpus(environment.cpus), memoryBytes, storageBytes, gpus: environment.gpus ?? 0 };
+}

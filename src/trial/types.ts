@@ -1,0 +1,110 @@
+/**
+ * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
+ * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
+ */
+import type { EnvironmentType } from '../job/schema';
+
+export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
+export type StepName = (typeof STEPS)[number];
+
+/** Per-step time limits in seconds, already scaled by timeout_multiplier and job overrides. */
+export type StepTimeouts = Record<StepName, number>;
+
+export interface TrialResources {
+  cpus: number;
+  memoryBytes: number;
+  storageBytes: number;
+}
+
+/** One planned trial: the Trial workflow's input. File contents and secrets never go here. */
+export interface TrialSpec {
+  jobName: string;
+  jobDir: string;
+  jobWorkflowId: string;
+  trialId: string;
+  trialName: string;
+  taskName: string;
+  taskDir: string;
+  datasetName: string;
+  agentName: string;
+  attempt: number;
+  environmentType: EnvironmentType;
+  /** Content hash of environment/ (+ docker_image): trials sharing it share an image. */
+  envKey: string;
+  timeouts: StepTimeouts;
+  resources: TrialResources;
+  forceBuild: boolean;
+  verify: boolean;
+}
+
+/**
+ * Error types a trial can end with. Task-level ones are outcomes of the task or agent (never retried, scored 0 when
+ * no reward); infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
+ */
+export const TASK_ERROR_TYPES = [
+  'EnvironmentBuildError',
+  'EnvironmentStartError',
+  'AgentInstallError',
+  'AgentInstallTimeoutError',
+  'AgentTimeoutError',
+  'SolutionNotFoundError',
+  'MissingEnvironmentVariableError',
+  'VerifierTimeoutError',
+  'RewardFileNotFoundError',
+  'RewardFileParseError',
+] as const;
+export type TaskErrorType = (typeof TASK_ERROR_TYPES)[number];
+export const INFRASTRUCTURE_ERROR = 'InfrastructureError';
+export const CANCELLED_ERROR = 'CancelledError';
+export type TrialErrorType = TaskErrorType | typeof INFRASTRUCTURE_ERROR | typeof CANCELLED_ERROR;
+
+export interface TrialError {
+  type: TrialErrorType;
+  message: string;
+  step: StepName | 'trial';
+}
+
+export type Rewards = Record<string, number>;
+
+export interface StepTiming {
+  started_at: string;
+  finished_at: string | null;
+}
+
+export type TrialStatus = 'pending' | 'running' | 'completed' | 'errored' | 'cancelled';
+
+/** What a Trial workflow returns and signals to its Job: enough for metrics, status and image clean-up. */
+export interface TrialSummary {
+  trialId: string;
+  trialName: string;
+  taskName: string;
+  datasetName: string;
+  agentName: string;
+  attempt: number;
+  rewards: Rewards | null;
+  error: TrialError | null;
+  /** Host task queue whose Docker holds the image, and the image if Rollout built it (null: pre-built or none). */
+  hostQueue: string | null;
+  builtImage: string | null;
+  envKey: string;
+}
+
+/** A handle to a started environment: all later steps address it by this. */
+export interface EnvironmentHandle {
+  id: string;
+  workdir: string;
+}
+
+export interface ExecuteOutcome {
+  exitCode: number | null;
+  timedOut: boolean;
+}
+
+export function isInfrastructureError(error: TrialError | null): boolean {
+  return error?.type === INFRASTRUCTURE_ERROR;
+}
+
+export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {
+  if (!summary.error) return 'completed';
+  return summary.error.type === CANCELLED_ERROR ? 'cancelled' : 'errored';
+}
