@@ -9,7 +9,9 @@ export interface Problem {
 }
 
 export function formatProblem(problem: Problem): string {
-  return problem.field ? `${problem.file}: ${problem.field}: ${problem.message}` : `${problem.file}: ${problem.message}`;
+  return problem.field
+    ? `${problem.file}: ${problem.field}: ${problem.message}`
+    : `${problem.file}: ${problem.message}`;
 }
 
 export class InputError extends Error {

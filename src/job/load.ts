@@ -25,7 +25,9 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
     raw = absolute.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (err) {
     const message = (err as Error).message.split('\n')[0];
-    throw new InputError([{ file: absolute, message: `invalid ${absolute.endsWith('.json') ? 'JSON' : 'YAML'}: ${message}` }]);
+    throw new InputError([
+      { file: absolute, message: `invalid ${absolute.endsWith('.json') ? 'JSON' : 'YAML'}: ${message}` },
+    ]);
   }
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
@@ -47,7 +49,8 @@ function resolveJob(job: JobConfig, file: string): ResolvedJob {
     jobs_dir: path.resolve(job.jobs_dir),
     datasets: job.datasets.map((dataset) => {
       if ('path' in dataset) return { path: resolveExisting(base, dataset.path) };
-      if ('path' in dataset.registry) return { ...dataset, registry: { path: resolveExisting(base, dataset.registry.path) } };
+      if ('path' in dataset.registry)
+        return { ...dataset, registry: { path: resolveExisting(base, dataset.registry.path) } };
       return dataset;
     }),
   };

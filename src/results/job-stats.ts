@@ -92,7 +92,10 @@ export function finishedCount(stats: JobStats): number {
  * Metric values per reward key. A scored trial without a value for a key (no reward file, or a reward.json without
  * that key) counts as 0, as Harbor does; a group with no reward at all reports the key "reward".
  */
-export function groupMetrics(group: GroupStats, metrics: readonly MetricType[]): Record<string, Record<string, number>> {
+export function groupMetrics(
+  group: GroupStats,
+  metrics: readonly MetricType[]
+): Record<string, Record<string, number>> {
   const keys = Object.keys(group.rewards).sort();
   if (keys.length === 0 && group.n_scored > 0) keys.push('reward');
   const result: Record<string, Record<string, number>> = {};

@@ -45,7 +45,10 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
 
   const instruction = await readText(path.join(absolute, 'instruction.md'), problems);
   if (!(await isFile(path.join(absolute, 'tests', 'test.sh')))) {
-    problems.push({ file: path.join(absolute, 'tests', 'test.sh'), message: 'missing (every task needs tests/test.sh)' });
+    problems.push({
+      file: path.join(absolute, 'tests', 'test.sh'),
+      message: 'missing (every task needs tests/test.sh)',
+    });
   }
   if (config && requirement) problems.push(...(await requirement({ dir: absolute, config })));
   if (problems.length > 0 || !config || instruction === undefined) return { problems };

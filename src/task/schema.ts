@@ -75,6 +75,8 @@ export const TaskConfigSchema = z
   .refine((config) => config.version !== undefined || config.schema_version !== undefined, {
     message: 'required (the task format version, e.g. version = "1.0")',
     path: ['version'],
+    // Report a missing version alongside other problems, not only once the rest is valid.
+    when: (payload) => typeof payload.value === 'object' && payload.value !== null,
   });
 
 export type TaskConfig = z.infer<typeof TaskConfigSchema>;

@@ -35,6 +35,8 @@ export interface TrialSpec {
   resources: TrialResources;
   forceBuild: boolean;
   verify: boolean;
+  /** How long a step may wait for its host's worker before the trial restarts on another host. */
+  hostLostTimeoutSec: number;
 }
 
 /**

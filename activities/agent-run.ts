@@ -1,0 +1,38 @@
+import { Context } from '@temporalio/activity';
+
+import type { AgentRun } from '../src/agents/agent';
+import { createAgent, loadAgentConfig } from '../src/agents/agent';
+import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
+import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { ActivityDeps } from './context';
+import { loadTrialTask, taskFailure } from './context';
+
+export interface AgentStepInput {
+  spec: TrialSpec;
+  handle: EnvironmentHandle;
+}
+
+/**
+ * The agent and its run context for the install and execute steps. `${VAR}`s in the agent's env are resolved here,
+ * on the worker, from its own environment: the values never leave this process except into the container.
+ */
+export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: AgentStepInput, timeoutSec: number) {
+  const [task, config] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
+  let env: Record<string, string>;
+  try {
+    env = resolveEnv(config.env, process.env);
+  } catch (err) {
+    if (err instanceof MissingEnvironmentVariableError)
+      throw taskFailure('MissingEnvironmentVariableError', err.message);
+    throw err;
+  }
+  const run: AgentRun = {
+    environment: deps.environment(spec.environmentType),
+    handle,
+    task,
+    env: { ...env, ROLLOUT_TASK_INSTRUCTION: task.instruction },
+    timeoutMs: timeoutSec * 1000,
+    signal: Context.current().cancellationSignal,
+  };
+  return { agent: createAgent(config), run };
+}

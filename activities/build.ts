@@ -1,0 +1,50 @@
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+
+import { TaskEnvironmentError } from '../src/environments/environment';
+import { jobFiles } from '../src/results/files';
+import type { TrialSpec } from '../src/trial/types';
+import type { ActivityDeps } from './context';
+import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
+
+export interface BuildInput {
+  spec: TrialSpec;
+}
+
+export interface BuildOutput {
+  image: string;
+  built: boolean;
+}
+
+/** Step 1: the trial's image, built from environment/ once per content hash (or the task's docker_image). */
+export function buildEnvironment(deps: ActivityDeps) {
+  return async function buildEnvironment({ spec }: BuildInput): Promise<BuildOutput> {
+    // A trial that starts (or restarts) begins with an empty folder: no stale logs from an earlier run.
+    await rm(jobFiles.trialDir(spec.jobDir, spec.trialName), { recursive: true, force: true });
+    const task = await loadTrialTask(spec);
+    await log(spec, 'build', `building environment ${spec.envKey} on ${deps.hostId}`);
+    const output: string[] = [];
+    try {
+      const result = await heartbeating((signal) =>
+        deps.environment(spec.environmentType).build({
+          contextDir: path.join(task.dir, 'environment'),
+          envKey: spec.envKey,
+          dockerImage: task.config.environment.docker_image,
+          force: spec.forceBuild,
+          jobName: spec.jobName,
+          timeoutMs: spec.timeouts.build * 1000,
+          signal,
+          onOutput: (line) => output.push(line),
+        })
+      );
+      await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);
+      return result;
+    } catch (err) {
+      if (err instanceof TaskEnvironmentError) {
+        await log(spec, 'build', `${err.type}: ${tail(err.message)}`);
+        throw taskFailure(err.type, err.message);
+      }
+      throw err;
+    }
+  };
+}

@@ -1,0 +1,37 @@
+import { ApplicationFailure, sleep } from '@temporalio/activity';
+
+import type { EnvironmentType } from '../src/job/schema';
+import type { ActivityDeps } from './context';
+
+export interface ClaimHostInput {
+  trialId: string;
+  environmentType: EnvironmentType;
+}
+
+export interface ClaimHostOutput {
+  hostQueue: string;
+  hostId: string;
+}
+
+const WAIT_FOR_SLOT_MS = 5_000;
+
+/**
+ * Runs on the shared provider queue: whichever worker takes it owns the trial from here on, if it has a free trial
+ * slot. A full worker hands the claim back (retryable) so another worker's poll can take it.
+ */
+export function claimHost(deps: ActivityDeps) {
+  return async function claimHost(input: ClaimHostInput): Promise<ClaimHostOutput> {
+    const deadline = Date.now() + WAIT_FOR_SLOT_MS;
+    while (!deps.slots.tryAcquire(input.trialId)) {
+      if (Date.now() > deadline) {
+        throw ApplicationFailure.create({
+          message: `host ${deps.hostId} is full`,
+          type: 'HostFull',
+          nextRetryDelay: '1s',
+        });
+      }
+      await sleep(250);
+    }
+    return { hostQueue: deps.hostQueue(input.environmentType), hostId: deps.hostId };
+  };
+}

@@ -1,0 +1,22 @@
+import type { TrialSpec } from '../src/trial/types';
+import type { ActivityDeps } from './context';
+import { heartbeating, log } from './context';
+
+export interface CleanupInput {
+  spec: TrialSpec;
+}
+
+/**
+ * Step 8, always run (after failures and cancellation too): removes everything this host holds for the trial,
+ * found by its `rollout.trial` label (so a container from a crashed attempt goes as well), and frees its slot.
+ */
+export function cleanupEnvironment(deps: ActivityDeps) {
+  return async function cleanupEnvironment({ spec }: CleanupInput): Promise<void> {
+    try {
+      const removed = await heartbeating(() => deps.environment(spec.environmentType).removeTrial(spec.trialId));
+      await log(spec, 'cleanup', `removed ${removed} environment(s)`);
+    } finally {
+      deps.slots.release(spec.trialId);
+    }
+  };
+}

@@ -1,0 +1,65 @@
+/** What every activity shares: its dependencies, heartbeating while Docker works, and typed task failures. */
+import { Context, ApplicationFailure } from '@temporalio/activity';
+
+import type { Environment } from '../src/environments/environment';
+import type { EnvironmentType } from '../src/job/schema';
+import { appendTrialLog } from '../src/results/trial-log';
+import type { Task } from '../src/task/load';
+import { loadTask } from '../src/task/load';
+import type { TaskErrorType, TrialSpec } from '../src/trial/types';
+
+export interface ActivityDeps {
+  hostId: string;
+  environment(type: EnvironmentType): Environment;
+  /** The task queue only this host's worker polls: steps after `start` must run where the container lives. */
+  hostQueue(type: EnvironmentType): string;
+  slots: TrialSlots;
+}
+
+/** Per-worker limit on trials that hold an environment on this host (`rollout worker --max-trials`). */
+export interface TrialSlots {
+  tryAcquire(trialId: string): boolean;
+  release(trialId: string): void;
+}
+
+const HEARTBEAT_INTERVAL_MS = 2_000;
+
+/**
+ * Runs `work` while heartbeating, so Temporal notices a dead worker within the heartbeat timeout and delivers
+ * cancellation, which reaches `work` through the signal.
+ */
+export async function heartbeating<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const context = Context.current();
+  context.heartbeat();
+  const timer = setInterval(() => context.heartbeat(), HEARTBEAT_INTERVAL_MS);
+  try {
+    return await work(context.cancellationSignal);
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/** A task outcome (not an infrastructure failure): never retried, recorded as the trial's error. */
+export function taskFailure(type: TaskErrorType, message: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(message, type);
+}
+
+export function log(spec: TrialSpec, step: string, message: string): Promise<void> {
+  return appendTrialLog(spec.jobDir, spec.trialName, step, message);
+}
+
+/** Loads the trial's task; a task that no longer validates is a task error, not something to retry. */
+export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
+  const load = await loadTask(spec.taskDir);
+  if (!load.task) {
+    throw taskFailure(
+      'EnvironmentBuildError',
+      load.problems.map((p) => `${p.file}: ${p.field ?? ''} ${p.message}`).join('; ')
+    );
+  }
+  return load.task;
+}
+
+export function tail(text: string, lines = 20): string {
+  return text.trimEnd().split('\n').slice(-lines).join('\n');
+}

@@ -1,0 +1,42 @@
+/**
+ * All activities, built over their dependencies. Workflows import only `type Activities` from here.
+ * Lifecycle steps run on a host's own task queue; the rest on shared queues (see workers/).
+ */
+import { buildEnvironment } from './build';
+import { claimHost } from './claim-host';
+import { cleanupEnvironment } from './cleanup';
+import { collectLogs } from './collect';
+import type { ActivityDeps } from './context';
+import { executeAgent } from './execute';
+import { removeImage } from './images';
+import { installAgent } from './install';
+import { readPlanPage } from './plan';
+import { writeJobResult, writeTrialResult } from './results';
+import { startEnvironment } from './start';
+import { stopEnvironment } from './stop';
+import { runVerifier } from './verify';
+
+export type { ActivityDeps, TrialSlots } from './context';
+
+/** Activities of a provider: the shared claim, and the lifecycle steps served on the host queue. */
+export function createProviderActivities(deps: ActivityDeps) {
+  return {
+    claimHost: claimHost(deps),
+    buildEnvironment: buildEnvironment(deps),
+    startEnvironment: startEnvironment(deps),
+    installAgent: installAgent(deps),
+    executeAgent: executeAgent(deps),
+    runVerifier: runVerifier(deps),
+    collectLogs: collectLogs(deps),
+    stopEnvironment: stopEnvironment(deps),
+    cleanupEnvironment: cleanupEnvironment(deps),
+    removeImage: removeImage(deps),
+    writeTrialResult,
+  };
+}
+
+/** Activities of the job itself, served next to the workflows. */
+export const jobActivities = { readPlanPage, writeJobResult, writeTrialResult };
+
+export type ProviderActivities = ReturnType<typeof createProviderActivities>;
+export type JobActivities = typeof jobActivities;

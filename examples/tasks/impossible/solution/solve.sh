@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "I could not find one." > /app/proof.txt

@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// Runs the compiled test files with node's test runner, one file at a time (they share one Docker engine and one
+// Temporal dev server on 2 cores), then stops the test dev server. `npm test -- <filter>` runs matching files only.
+'use strict';
+const { spawnSync } = require('node:child_process');
+const { readdirSync } = require('node:fs');
+const path = require('node:path');
+
+const root = path.join(__dirname, '..');
+const testDir = path.join(root, 'dist', 'test');
+const filters = process.argv.slice(2);
+const files = readdirSync(testDir)
+  .filter((name) => name.endsWith('.test.js'))
+  .filter((name) => filters.length === 0 || filters.some((f) => name.includes(f)))
+  .sort()
+  .map((name) => path.join(testDir, name));
+if (files.length === 0) {
+  console.error(`no test files match ${filters.join(' ')}`);
+  process.exit(1);
+}
+const run = spawnSync(process.execPath, ['--test', '--test-concurrency=1', '--test-reporter=spec', ...files], {
+  cwd: root,
+  stdio: 'inherit',
+});
+spawnSync(process.execPath, [path.join(testDir, 'support', 'stop-server.js')], { cwd: root, stdio: 'inherit' });
+process.exit(run.status ?? 1);

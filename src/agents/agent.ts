@@ -1,0 +1,62 @@
+import { readFile } from 'node:fs/promises';
+
+import type { ExecResult, Environment } from '../environments/environment';
+import type { AgentConfig } from '../job/schema';
+import { ORACLE_AGENT } from '../job/schema';
+import { jobFiles } from '../results/files';
+import type { Task } from '../task/load';
+import type { EnvironmentHandle } from '../trial/types';
+import { customAgent } from './custom';
+import { oracleAgent } from './oracle';
+
+/** Everything an agent step needs: where to run, what task, how long, and the resolved (secret) environment. */
+export interface AgentRun {
+  environment: Environment;
+  handle: EnvironmentHandle;
+  task: Task;
+  /** Agent env with `${VAR}`s resolved on this worker; never logged or returned. */
+  env: Record<string, string>;
+  timeoutMs: number;
+  signal: AbortSignal;
+}
+
+export interface Agent {
+  readonly name: string;
+  /** Installs the agent; null when there is nothing to install. */
+  install(run: AgentRun): Promise<ExecResult | null>;
+  execute(run: AgentRun): Promise<ExecResult>;
+}
+
+/** In-container paths. Commands fall back to them unless an environment maps them elsewhere (local). */
+export const CONTAINER_PATHS = {
+  logs: '${ROLLOUT_LOGS_DIR:-/logs}',
+  tests: '${ROLLOUT_TESTS_DIR:-/tests}',
+  oracle: '${ROLLOUT_ORACLE_DIR:-/oracle}',
+  agentScripts: '${ROLLOUT_AGENT_DIR:-/installed-agent}',
+} as const;
+
+export class SolutionNotFoundError extends Error {
+  constructor(taskDir: string) {
+    super(`${taskDir}/solution/solve.sh: missing, so the oracle agent cannot run this task`);
+    this.name = 'SolutionNotFoundError';
+  }
+}
+
+export function createAgent(config: AgentConfig): Agent {
+  return config.name === ORACLE_AGENT ? oracleAgent : customAgent(config);
+}
+
+const jobConfigs = new Map<string, Promise<{ agents: AgentConfig[] }>>();
+
+/** Agent definitions come from the job's config.json (never from workflow inputs), cached per job folder. */
+export async function loadAgentConfig(jobDir: string, agentName: string): Promise<AgentConfig> {
+  let config = jobConfigs.get(jobDir);
+  if (!config) {
+    config = readFile(jobFiles.config(jobDir), 'utf8').then((text) => JSON.parse(text) as { agents: AgentConfig[] });
+    jobConfigs.set(jobDir, config);
+    config.catch(() => jobConfigs.delete(jobDir));
+  }
+  const agent = (await config).agents.find((a) => a.name === agentName);
+  if (!agent) throw new Error(`${jobFiles.config(jobDir)}: no agent named "${agentName}"`);
+  return agent;
+}

@@ -1,0 +1,33 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import type { ExecResult } from '../environments/environment';
+import type { AgentConfig } from '../job/schema';
+import type { Agent, AgentRun } from './agent';
+import { CONTAINER_PATHS } from './agent';
+
+/** An agent defined in job.yaml by its install and execute bash scripts. Output goes to /logs/agent/<step>.txt. */
+export function customAgent(config: AgentConfig): Agent {
+  return {
+    name: config.name,
+    install: (run) => (config.install ? runScript(run, 'install', config.install) : Promise.resolve(null)),
+    execute: (run) => runScript(run, 'execute', config.execute ?? ''),
+  };
+}
+
+async function runScript(run: AgentRun, step: 'install' | 'execute', script: string): Promise<ExecResult> {
+  const folder = await mkdtemp(path.join(tmpdir(), 'rollout-agent-'));
+  try {
+    await writeFile(path.join(folder, `${step}.sh`), script, { mode: 0o755 });
+    await run.environment.upload(run.handle, path.join(folder, `${step}.sh`), '/installed-agent');
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+  return run.environment.exec(run.handle, {
+    command: `bash "${CONTAINER_PATHS.agentScripts}/${step}.sh" > "${CONTAINER_PATHS.logs}/agent/${step}.txt" 2>&1`,
+    env: run.env,
+    timeoutMs: run.timeoutMs,
+    signal: run.signal,
+  });
+}

@@ -1,0 +1,23 @@
+import path from 'node:path';
+
+import type { Agent } from './agent';
+import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
+import { resolveEnv } from '../env-vars';
+
+/** The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. */
+export const oracleAgent: Agent = {
+  name: 'oracle',
+  install() {
+    return Promise.resolve(null);
+  },
+  async execute({ environment, handle, task, env, timeoutMs, signal }) {
+    if (!task.hasSolution) throw new SolutionNotFoundError(task.dir);
+    await environment.upload(handle, path.join(task.dir, 'solution'), '/oracle');
+    return environment.exec(handle, {
+      command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
+      env: { ...resolveEnv(task.config.solution.env, process.env), ...env },
+      timeoutMs,
+      signal,
+    });
+  },
+};

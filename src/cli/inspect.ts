@@ -1,0 +1,87 @@
+import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError } from '@temporalio/client';
+
+import type { JobProgress } from '../../workflows/messages';
+import { jobProgressQuery } from '../../workflows/messages';
+import { jobWorkflowId } from '../job/plan';
+import type { StepName } from '../trial/types';
+
+const QUERY_TIMEOUT_MS = 5_000;
+
+/** Which lifecycle step an activity type is, to show a running trial's current step without a worker. */
+const STEP_OF_ACTIVITY: Record<string, StepName | 'claim host'> = {
+  claimHost: 'claim host',
+  buildEnvironment: 'build',
+  startEnvironment: 'start',
+  installAgent: 'install',
+  executeAgent: 'execute',
+  runVerifier: 'verify',
+  collectLogs: 'collect',
+  stopEnvironment: 'stop',
+  cleanupEnvironment: 'cleanup',
+};
+
+export interface RunningTrialStep {
+  trialId: string;
+  step: string;
+  attempt: number;
+}
+
+/** Live progress from the Job workflow's query (needs a worker); undefined when none answers in time. */
+export async function queryProgress(client: Client, jobName: string): Promise<JobProgress | undefined> {
+  const handle = client.workflow.getHandle(jobWorkflowId(jobName));
+  const timeout = new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), QUERY_TIMEOUT_MS).unref());
+  return Promise.race([handle.query(jobProgressQuery).catch(() => undefined), timeout]);
+}
+
+/** Running trials of a job and the step each is in, read from the server (works with no worker up). */
+export async function runningTrialSteps(client: Client, jobName: string): Promise<RunningTrialStep[]> {
+  const steps: RunningTrialStep[] = [];
+  const query = `RolloutJob = "${jobName}" AND WorkflowType = "trialWorkflow" AND ExecutionStatus = "Running"`;
+  for await (const execution of client.workflow.list({ query })) {
+    const description = await client.workflow.getHandle(execution.workflowId).describe();
+    const pending = description.raw.pendingActivities?.[0];
+    const type = pending?.activityType?.name ?? '';
+    steps.push({
+      trialId: execution.workflowId,
+      step: STEP_OF_ACTIVITY[type] ?? 'waiting',
+      attempt: pending?.attempt ?? 0,
+    });
+  }
+  return steps.sort((a, b) => a.trialId.localeCompare(b.trialId));
+}
+
+export interface JobListing {
+  jobName: string;
+  status: string;
+  startTime: Date;
+  closeTime: Date | undefined;
+}
+
+/** Jobs known to the server (closed ones until the namespace's retention drops them). */
+export async function listJobs(client: Client): Promise<JobListing[]> {
+  const jobs = new Map<string, JobListing>();
+  for await (const execution of client.workflow.list({ query: 'WorkflowType = "jobWorkflow"' })) {
+    const jobName = execution.workflowId.replace(/^rollout-job\//, '');
+    // Continue-as-new leaves one closed run per segment: the newest run speaks for the job.
+    const known = jobs.get(jobName);
+    if (known && known.startTime > execution.startTime) continue;
+    jobs.set(jobName, {
+      jobName,
+      status: execution.status.name,
+      startTime: execution.startTime,
+      closeTime: execution.closeTime,
+    });
+  }
+  return [...jobs.values()].sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
+}
+
+export async function jobExists(client: Client, jobName: string): Promise<boolean> {
+  try {
+    await client.workflow.getHandle(jobWorkflowId(jobName)).describe();
+    return true;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return false;
+    throw err;
+  }
+}

@@ -1,0 +1,199 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { DefaultLogger, makeTelemetryFilterString, NativeConnection, Runtime } from '@temporalio/worker';
+
+import { createWorkers, defaultHostId, runWorkers } from '../../workers/create-workers';
+import { InputError } from '../errors';
+import { ENVIRONMENT_TYPES } from '../job/schema';
+import type { EnvironmentType } from '../job/schema';
+import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
+import { listJobs, queryProgress, runningTrialSteps } from './inspect';
+import { formatDuration } from './progress';
+import { cancelJob, resumeJob, runJobFile } from './run';
+
+/** Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure. */
+const EXIT_INPUT = 2;
+const EXIT_INFRASTRUCTURE = 3;
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('expected a positive whole number');
+  return n;
+}
+
+function installRuntime(): void {
+  // Temporal's own logging stays quiet so the CLI's progress and report are readable; warnings still show.
+  const level = (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL ?? 'WARN') as 'WARN';
+  Runtime.install({
+    logger: new DefaultLogger(level),
+    telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: level }) } },
+  });
+}
+
+export function buildProgram(): Command {
+  const program = new Command('rollout')
+    .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
+    .showHelpAfterError();
+
+  program
+    .command('run <job>', { isDefault: true })
+    .description('run a job (job.yaml or job.json); `rollout <job>` does the same')
+    .option('--no-worker', 'run no worker in this process: only submit and watch')
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+    .action(async (job: string, opts: { worker: boolean; hostId: string; maxTrials?: number }) => {
+      installRuntime();
+      process.exitCode = await runJobFile(job, opts);
+    });
+
+  program
+    .command('worker')
+    .description('run workers only (on this or another host), taking trials of any job')
+    .addOption(
+      new Option('--env <type...>', 'environment types to serve').choices([...ENVIRONMENT_TYPES]).default(['docker'])
+    )
+    .option('--max-trials <n>', 'trials this worker may hold at once', positiveInt, 8)
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .option('--no-workflows', 'serve only activities, not Job/Trial workflows')
+    .action(async (opts: { env: EnvironmentType[]; maxTrials: number; hostId: string; workflows: boolean }) => {
+      installRuntime();
+      const endpoint = await resolveTemporal({ startDevServer: false });
+      const { connection: client } = await connectClient(endpoint);
+      await ensureSearchAttributes(client, endpoint.namespace);
+      await client.close();
+      const connection = await NativeConnection.connect({ address: endpoint.address });
+      const workers = await createWorkers({
+        connection,
+        namespace: endpoint.namespace,
+        hostId: opts.hostId,
+        environmentTypes: opts.env,
+        maxTrials: opts.maxTrials,
+        serveWorkflows: opts.workflows,
+      });
+      console.error(
+        `worker ${opts.hostId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
+      );
+      await runWorkers(workers);
+      await connection.close();
+    });
+
+  program
+    .command('resume <job>')
+    .description('run an interrupted job again from its folder (name under --jobs-dir, or the folder itself)')
+    .option('--jobs-dir <dir>', 'where job folders are', 'jobs')
+    .option(
+      '--retry-errored [types...]',
+      'also re-run finished trials with these error types (default: InfrastructureError)'
+    )
+    .option('--no-worker', 'run no worker in this process: only submit and watch')
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+    .action(
+      async (
+        job: string,
+        opts: { jobsDir: string; retryErrored?: string[] | true; worker: boolean; hostId: string; maxTrials?: number }
+      ) => {
+        installRuntime();
+        const rerunErrorTypes =
+          opts.retryErrored === true
+            ? ['InfrastructureError']
+            : opts.retryErrored === undefined
+              ? []
+              : opts.retryErrored;
+        process.exitCode = await resumeJob(job, opts.jobsDir, { ...opts, rerunErrorTypes });
+      }
+    );
+
+  program
+    .command('cancel <job>')
+    .description('cancel a job: running trials are cancelled, their containers removed, partial results written')
+    .option('--no-worker', "run no worker here (another worker must run the trials' clean-up)")
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .action(async (job: string, opts: { worker: boolean; hostId: string }) => {
+      installRuntime();
+      process.exitCode = await cancelJob(job, opts);
+    });
+
+  program
+    .command('status <job>')
+    .description("a job's progress: counts by state, metrics so far, running trials with their current step")
+    .action(async (job: string) => {
+      const endpoint = await resolveTemporal({ startDevServer: false });
+      const { connection, client } = await connectClient(endpoint);
+      try {
+        const progress = await queryProgress(client, job);
+        if (!progress) {
+          console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);
+        } else {
+          const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
+          console.log(
+            `job ${job}: ${progress.status} · ${progress.finished}/${progress.total} finished · ${progress.running} running · ` +
+              `${progress.completed} completed · ${progress.errored} errored · ${progress.infrastructureErrors} infrastructure errors · ` +
+              `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
+          );
+          if (errors.length) console.log(`errors: ${errors.join(', ')}`);
+        }
+        for (const trial of await runningTrialSteps(client, job)) {
+          console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
+        }
+      } finally {
+        await connection.close();
+      }
+    });
+
+  program
+    .command('jobs')
+    .description('list jobs with their state')
+    .action(async () => {
+      const endpoint = await resolveTemporal({ startDevServer: false });
+      const { connection, client } = await connectClient(endpoint);
+      try {
+        for (const job of await listJobs(client)) {
+          const took = job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : 'running';
+          console.log(`${job.jobName}\t${job.status}\t${job.startTime.toISOString()}\t${took}`);
+        }
+      } finally {
+        await connection.close();
+      }
+    });
+
+  const server = program.command('server').description('manage the local Temporal dev server (the embedded default)');
+  server
+    .command('start')
+    .description('start it (SQLite under the state folder); it keeps running after this command')
+    .action(async () => {
+      const status = await ensureDevServer(devServerConfig());
+      console.log(`Temporal dev server at ${status.address}, UI ${status.uiUrl}, data ${status.db}`);
+    });
+  server
+    .command('stop')
+    .description('stop it')
+    .action(async () => {
+      console.log((await stopDevServer(devServerConfig())) ? 'stopped' : 'not running');
+    });
+  server
+    .command('status')
+    .description('show whether it runs, where, and its files')
+    .action(async () => {
+      const status = await devServerStatus(devServerConfig());
+      console.log(
+        `${status.running ? 'running' : 'stopped'} · ${status.address} · UI ${status.uiUrl} · data ${status.db} · log ${status.log}`
+      );
+      if (!status.running) process.exitCode = 1;
+    });
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (err) {
+    if (err instanceof InputError) {
+      for (const line of err.message.split('\n')) console.error(`error: ${line}`);
+      process.exitCode = EXIT_INPUT;
+    } else {
+      console.error(`error: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}`);
+      process.exitCode = EXIT_INFRASTRUCTURE;
+    }
+  }
+}

@@ -1,0 +1,187 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+
+import { WorkflowFailedError } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+
+import type { jobWorkflow } from '../../workflows';
+import type { JobProgress } from '../../workflows/messages';
+import { jobProgressQuery } from '../../workflows/messages';
+import { createWorkers, runWorkers } from '../../workers/create-workers';
+import { InputError } from '../errors';
+import { createEnvironment } from '../environments';
+import type { ResolvedJob } from '../job/load';
+import type { EnvironmentType } from '../job/schema';
+import { loadJobFile } from '../job/load';
+import { jobWorkflowId, planJob } from '../job/plan';
+import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
+import { jobFiles, readJson } from '../results/files';
+import type { JobResult } from '../results/job-result';
+import type { TemporalEndpoint } from '../temporal/connect';
+import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
+import { ProgressView } from './progress';
+import { renderReport } from './report';
+
+export interface RunOptions {
+  /** Run no worker here: only submit and watch (workers run elsewhere with `rollout worker`). */
+  worker: boolean;
+  /** Error types of finished trials to run again (CancelledError always). */
+  rerunErrorTypes?: string[];
+  hostId?: string;
+  maxTrials?: number;
+}
+
+const POLL_MS = 500;
+
+/** `rollout <job.yaml>`: validate, plan, start (or attach to) the Job workflow, run a worker, watch, report. */
+export async function runJobFile(file: string, options: RunOptions): Promise<number> {
+  return runJob(await loadJobFile(file), file, options);
+}
+
+/** `rollout resume <job>`: the job as saved in its folder's config.json, run again; finished trials are skipped. */
+export async function resumeJob(nameOrDir: string, jobsDir: string, options: RunOptions): Promise<number> {
+  const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : path.join(jobsDir, nameOrDir);
+  const file = jobFiles.config(dir);
+  if (!existsSync(file)) {
+    throw new InputError([
+      { file, message: `no job "${nameOrDir}" here (give its name with --jobs-dir, or its folder)` },
+    ]);
+  }
+  return runJob(await loadJobFile(file), file, options);
+}
+
+export async function runJob(job: ResolvedJob, file: string, options: RunOptions): Promise<number> {
+  const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });
+  for (const warning of plan.warnings) console.error(`warning: ${warning}`);
+  if (options.worker && plan.unsetEnvVars.length > 0) {
+    throw new InputError(
+      plan.unsetEnvVars.map((name) => ({
+        file,
+        field: 'agents[].env',
+        message: `\${${name}} is not set in this environment`,
+      }))
+    );
+  }
+  if (options.worker) await createEnvironment(job.environment.type, 'preflight').ping();
+  await saveJobFolder(job, plan);
+
+  const endpoint = await resolveTemporal({ startDevServer: true });
+  const { connection, client } = await connectClient(endpoint);
+  await ensureSearchAttributes(connection, endpoint.namespace);
+
+  const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
+  console.error(`job ${job.name}: ${plan.trials.length} trials → ${plan.jobDir}`);
+  const uiUrl = workflowUiUrl(endpoint, plan.jobWorkflowId);
+  if (uiUrl) console.error(`Temporal UI: ${uiUrl}`);
+
+  const workerRun = options.worker
+    ? await startWorker(endpoint, job.environment.type, options.maxTrials ?? job.n_concurrent_trials, options)
+    : undefined;
+  const view = new ProgressView();
+  let finished = false;
+  const poll = (async () => {
+    while (!finished) {
+      const progress = await handle.query(jobProgressQuery).catch(() => undefined);
+      if (progress) view.update(progress);
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  })();
+
+  let final: JobProgress;
+  try {
+    final = await handle.result();
+  } catch (err) {
+    if (err instanceof WorkflowFailedError)
+      throw new Error(`job ${job.name} failed: ${err.cause?.message ?? err.message}`);
+    throw err;
+  } finally {
+    finished = true;
+    await poll;
+    view.update((await handle.query(jobProgressQuery).catch(() => undefined)) ?? emptyProgress(job.name));
+    view.done();
+    await workerRun?.stop();
+    await connection.close();
+  }
+
+  const result = await readJson<JobResult>(jobFiles.result(plan.jobDir));
+  if (result) console.log(renderReport(result));
+  console.log(`results: ${plan.jobDir}`);
+  if (uiUrl) console.log(`Temporal UI: ${uiUrl}`);
+  return final.status === 'completed' ? 0 : 1;
+}
+
+/** `rollout cancel <job>`: cancels the Job workflow and, with a worker here, runs the trials' clean-up. */
+export async function cancelJob(jobName: string, options: { worker: boolean; hostId?: string }): Promise<number> {
+  const endpoint = await resolveTemporal({ startDevServer: false });
+  const { connection, client } = await connectClient(endpoint);
+  const handle = client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(jobName));
+  const description = await handle.describe().catch(() => undefined);
+  if (!description) throw new InputError([{ file: jobName, message: 'no such job on this Temporal server' }]);
+  if (description.status.name !== 'RUNNING') {
+    console.log(`job ${jobName} is not running (${description.status.name.toLowerCase()})`);
+    await connection.close();
+    return 0;
+  }
+  const config = await readJson<ResolvedJob>(path.join(description.memo?.jobDir as string, 'config.json'));
+  const workerRun =
+    options.worker && config
+      ? await startWorker(endpoint, config.environment.type, config.n_concurrent_trials, options)
+      : undefined;
+  try {
+    await handle.cancel();
+    const final = await handle.result();
+    console.log(`job ${jobName} cancelled: ${final.finished}/${final.total} trials finished, partial results kept`);
+  } finally {
+    await workerRun?.stop();
+    await connection.close();
+  }
+  return 0;
+}
+
+async function startWorker(
+  endpoint: TemporalEndpoint,
+  environmentType: EnvironmentType,
+  maxTrials: number,
+  options: { hostId?: string }
+) {
+  const connection = await NativeConnection.connect({ address: endpoint.address });
+  const workers = await createWorkers({
+    connection,
+    namespace: endpoint.namespace,
+    hostId: options.hostId,
+    environmentTypes: [environmentType],
+    maxTrials,
+    serveWorkflows: true,
+  });
+  const running = runWorkers(workers);
+  return {
+    async stop() {
+      for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running.catch(() => undefined);
+      await connection.close();
+    },
+  };
+}
+
+function emptyProgress(jobName: string): JobProgress {
+  return {
+    jobName,
+    status: 'running',
+    total: 0,
+    finished: 0,
+    running: 0,
+    completed: 0,
+    errored: 0,
+    cancelled: 0,
+    infrastructureErrors: 0,
+    errorsByType: {},
+    meanReward: null,
+    runningTrials: [],
+    continuedAsNew: 0,
+  };
+}
+
+function numberFromEnv(name: string): number | undefined {
+  const value = process.env[name];
+  return value ? Number(value) : undefined;
+}

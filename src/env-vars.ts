@@ -1,0 +1,48 @@
+/**
+ * `${VAR}` and `${VAR:-default}` references in agent env. They are resolved only on the worker, inside an activity,
+ * so resolved values never reach Temporal history, logs or result files.
+ */
+const REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+export interface EnvReference {
+  name: string;
+  hasDefault: boolean;
+}
+
+export function envReferences(env: Record<string, string>): EnvReference[] {
+  return Object.values(env).flatMap((value) =>
+    [...value.matchAll(REFERENCE)].map((match) => ({ name: match[1]!, hasDefault: match[2] !== undefined }))
+  );
+}
+
+export class MissingEnvironmentVariableError extends Error {
+  constructor(readonly names: string[]) {
+    super(`environment variable${names.length > 1 ? 's' : ''} ${names.join(', ')} not set on this worker`);
+    this.name = 'MissingEnvironmentVariableError';
+  }
+}
+
+/** Resolves every reference from `source`; throws naming all unset variables that have no default. */
+export function resolveEnv(env: Record<string, string>, source: NodeJS.ProcessEnv): Record<string, string> {
+  const missing = new Set<string>();
+  const resolved: Record<string, string> = {};
+  for (const [key, value] of Object.entries(env)) {
+    resolved[key] = value.replace(REFERENCE, (_whole, name: string, fallback: string | undefined) => {
+      const found = source[name];
+      if (found !== undefined && found !== '') return found;
+      if (fallback !== undefined) return fallback;
+      missing.add(name);
+      return '';
+    });
+  }
+  if (missing.size > 0) throw new MissingEnvironmentVariableError([...missing].sort());
+  return resolved;
+}
+
+/** The values that came from the worker's environment: what must be scrubbed from anything written to disk. */
+export function secretValues(template: Record<string, string>, resolved: Record<string, string>): string[] {
+  return Object.keys(template)
+    .filter((key) => template[key] !== resolved[key])
+    .map((key) => resolved[key]!)
+    .filter((value) => value.length >= 4);
+}

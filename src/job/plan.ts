@@ -1,0 +1,162 @@
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+
+import type { Problem } from '../errors';
+import { InputError } from '../errors';
+import { envReferences } from '../env-vars';
+import { environmentKey } from '../environments/env-key';
+import { environmentRequirement } from '../environments';
+import { parseBytes, parseCpus } from '../quantity';
+import type { Task } from '../task/load';
+import { loadDataset } from '../task/load';
+import type { StepTimeouts, TrialSpec } from '../trial/types';
+import type { ResolvedJob } from './load';
+import type { AgentConfig } from './schema';
+import { ORACLE_AGENT } from './schema';
+
+/** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
+export interface PlannedTrial {
+  spec: TrialSpec;
+  envLast: boolean;
+}
+
+export interface JobPlan {
+  jobDir: string;
+  jobWorkflowId: string;
+  trials: PlannedTrial[];
+  warnings: string[];
+  /** `${VAR}` references without default that this process's environment does not set. */
+  unsetEnvVars: string[];
+}
+
+/** Temporal's default maximum workflow id length (development-sql.yaml sets limit.maxIDLength: 255). */
+const MAX_ID_LENGTH = 255;
+const HOUSEKEEPING_SEC = 300;
+const START_SEC = 120;
+const ORACLE_INSTALL_SEC = 120;
+const DEFAULT_HOST_LOST_SEC = 120;
+
+export function jobWorkflowId(jobName: string): string {
+  return `rollout-job/${jobName}`;
+}
+
+/**
+ * Expands agents × tasks × attempts into trial specs, validating every task first. Trial order is
+ * task → attempt → agent, so trials of one environment run close together and share a warm image.
+ */
+export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: number } = {}): Promise<JobPlan> {
+  const problems: Problem[] = [];
+  const datasets: { name: string; tasks: Task[] }[] = [];
+  for (const [index, dataset] of job.datasets.entries()) {
+    if (!('path' in dataset)) {
+      problems.push({
+        file: 'job',
+        field: `datasets.${index}.registry`,
+        message: 'registry datasets are not supported yet; use a local dataset path',
+      });
+      continue;
+    }
+    const loaded = await loadDataset(dataset.path, environmentRequirement(job.environment.type));
+    problems.push(...loaded.problems);
+    datasets.push({ name: path.basename(dataset.path), tasks: loaded.tasks });
+  }
+  if (problems.length > 0) throw new InputError(problems);
+
+  const jobDir = path.join(job.jobs_dir, job.name);
+  const workflowId = jobWorkflowId(job.name);
+  const taskCounts = new Map<string, number>();
+  for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
+
+  const warnings: string[] = [];
+  const trials: TrialSpec[] = [];
+  for (const dataset of datasets) {
+    for (const task of dataset.tasks) {
+      const envKey = await environmentKey(path.join(task.dir, 'environment'), task.config.environment.docker_image);
+      // Two datasets may hold tasks of the same name: their trial names then carry the dataset.
+      const prefix = (taskCounts.get(task.name) ?? 0) > 1 ? `${dataset.name}__` : '';
+      for (let attempt = 1; attempt <= job.n_attempts; attempt++) {
+        for (const agent of job.agents) {
+          const trialName = sanitize(`${prefix}${task.name}__${agent.name}__${attempt}`);
+          trials.push({
+            jobName: job.name,
+            jobDir,
+            jobWorkflowId: workflowId,
+            trialId: boundedId(`${job.name}/${trialName}`),
+            trialName,
+            taskName: task.name,
+            taskDir: task.dir,
+            datasetName: dataset.name,
+            agentName: agent.name,
+            attempt,
+            environmentType: job.environment.type,
+            envKey,
+            timeouts: stepTimeouts(job, task, agent),
+            resources: {
+              cpus: job.environment.override_cpus ? parseCpus(job.environment.override_cpus) : task.resources.cpus,
+              memoryBytes: job.environment.override_memory
+                ? parseBytes(job.environment.override_memory)
+                : task.resources.memoryBytes,
+              storageBytes: job.environment.override_storage
+                ? parseBytes(job.environment.override_storage)
+                : task.resources.storageBytes,
+            },
+            forceBuild: job.environment.force_build,
+            verify: !job.verifier.disable,
+            hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
+          });
+        }
+      }
+      if (!task.hasSolution && job.agents.some((a) => a.name === ORACLE_AGENT)) {
+        warnings.push(`${task.dir}: no solution/solve.sh, so its oracle trials will end in SolutionNotFoundError`);
+      }
+    }
+  }
+
+  const lastIndexOfEnv = new Map<string, number>();
+  trials.forEach((spec, index) => lastIndexOfEnv.set(spec.envKey, index));
+  const unsetEnvVars = [
+    ...new Set(
+      job.agents
+        .flatMap((agent) => envReferences(agent.env))
+        .filter((ref) => !ref.hasDefault && !process.env[ref.name])
+        .map((ref) => ref.name)
+    ),
+  ].sort();
+
+  return {
+    jobDir,
+    jobWorkflowId: workflowId,
+    trials: trials.map((spec, index) => ({ spec, envLast: lastIndexOfEnv.get(spec.envKey) === index })),
+    warnings,
+    unsetEnvVars,
+  };
+}
+
+/** task.toml limits × timeout_multiplier, with the job's verifier override and ceiling applied. */
+export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): StepTimeouts {
+  const scale = (seconds: number) => seconds * job.timeout_multiplier;
+  let verifier =
+    job.verifier.override_timeout_sec > 0 ? job.verifier.override_timeout_sec : task.config.verifier.timeout_sec;
+  if (job.verifier.max_timeout_sec > 0) verifier = Math.min(verifier, job.verifier.max_timeout_sec);
+  return {
+    build: scale(task.config.environment.build_timeout_sec),
+    start: scale(START_SEC),
+    install: scale(agent.name === ORACLE_AGENT ? ORACLE_INSTALL_SEC : agent.install_timeout_sec),
+    execute: scale(task.config.agent.timeout_sec),
+    verify: scale(verifier),
+    collect: scale(HOUSEKEEPING_SEC),
+    stop: scale(HOUSEKEEPING_SEC),
+    cleanup: scale(HOUSEKEEPING_SEC),
+  };
+}
+
+function sanitize(name: string): string {
+  return name.replace(/[^A-Za-z0-9._-]/g, '_');
+}
+
+/** Keeps workflow ids under the server's length limit; long ones end in a hash so they stay unique. */
+function boundedId(id: string): string {
+  if (id.length <= MAX_ID_LENGTH) return id;
+  const digest = createHash('sha256').update(id).digest('hex').slice(0, 12);
+  return `${id.slice(0, MAX_ID_LENGTH - digest.length - 1)}~${digest}`;
+}

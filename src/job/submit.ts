@@ -1,0 +1,74 @@
+import { isDeepStrictEqual } from 'node:util';
+
+import type { Client, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+
+import type { jobWorkflow, JobInput } from '../../workflows/job';
+import { InputError } from '../errors';
+import { jobFiles, readJson, writeJsonAtomic } from '../results/files';
+import { JOB_TASK_QUEUE } from '../temporal/queues';
+import { RolloutJob } from '../temporal/search-attributes';
+import { CANCELLED_ERROR } from '../trial/types';
+import type { ResolvedJob } from './load';
+import type { JobPlan } from './plan';
+import { writePlanFile } from './plan-file';
+
+/**
+ * config.json (the job as resolved; secrets stay `${VAR}`) and plan.jsonl. An existing job folder with a different
+ * configuration is never overwritten: its results would no longer match.
+ */
+export async function saveJobFolder(job: ResolvedJob, plan: JobPlan): Promise<void> {
+  const configFile = jobFiles.config(plan.jobDir);
+  const existing = await readJson<ResolvedJob>(configFile);
+  // Concurrency and log level may change between runs of the same job.
+  const comparable = (config: ResolvedJob) => ({ ...config, n_concurrent_trials: 0, log_level: 'info' });
+  if (
+    existing &&
+    !isDeepStrictEqual(comparable(existing), comparable(JSON.parse(JSON.stringify(job)) as ResolvedJob))
+  ) {
+    throw new InputError([
+      {
+        file: configFile,
+        message: `job "${job.name}" already exists with a different configuration: give the job another name, or remove ${plan.jobDir}`,
+      },
+    ]);
+  }
+  await writeJsonAtomic(configFile, job);
+  await writePlanFile(plan.jobDir, plan.trials);
+}
+
+export function jobInput(
+  job: ResolvedJob,
+  plan: JobPlan,
+  options: { rerunErrorTypes?: string[]; maxHistoryEvents?: number } = {}
+): JobInput {
+  return {
+    jobName: job.name,
+    jobDir: plan.jobDir,
+    totalTrials: plan.trials.length,
+    concurrency: job.n_concurrent_trials,
+    metrics: job.metrics.map((m) => m.type),
+    environmentType: job.environment.type,
+    deleteImages: job.environment.delete,
+    rerunErrorTypes: [CANCELLED_ERROR, ...(options.rerunErrorTypes ?? [])],
+    ...(options.maxHistoryEvents ? { maxHistoryEvents: options.maxHistoryEvents } : {}),
+  };
+}
+
+/** Starts the Job workflow, or attaches to it when it is already running (never a duplicate). */
+export async function startJobWorkflow(
+  client: Client,
+  plan: JobPlan,
+  input: JobInput
+): Promise<WorkflowHandleWithFirstExecutionRunId<typeof jobWorkflow>> {
+  return client.workflow.start<typeof jobWorkflow>('jobWorkflow', {
+    workflowId: plan.jobWorkflowId,
+    taskQueue: JOB_TASK_QUEUE,
+    args: [input],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    // A finished job may run again: the results on disk decide which trials still need to.
+    workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+    typedSearchAttributes: [{ key: RolloutJob, value: input.jobName }],
+    memo: { jobDir: plan.jobDir },
+    staticSummary: `Rollout job ${input.jobName}: ${input.totalTrials} trials`,
+  });
+}

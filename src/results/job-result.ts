@@ -1,0 +1,77 @@
+import type { JobStats } from './job-stats';
+import { finishedCount, groupMetrics } from './job-stats';
+import type { MetricType } from '../job/schema';
+
+/** `<job>/result.json`, rewritten as trials finish. Documented in docs/results.md. Pure: the Job workflow builds it. */
+export interface JobResult {
+  job_name: string;
+  workflow_id: string;
+  status: 'running' | 'completed' | 'cancelled';
+  started_at: string;
+  updated_at: string;
+  finished_at: string | null;
+  n_total_trials: number;
+  n_finished_trials: number;
+  n_running_trials: number;
+  n_completed_trials: number;
+  n_errored_trials: number;
+  n_cancelled_trials: number;
+  /** Trials that ended in an infrastructure error after retries: excluded from metrics, listed apart. */
+  n_infrastructure_errors: number;
+  errors_by_type: Record<string, number>;
+  /** Keyed "<agent>__<dataset>". */
+  evals: Record<
+    string,
+    {
+      agent: string;
+      dataset: string;
+      n_trials: number;
+      n_scored_trials: number;
+      n_errors: number;
+      /** metric values per reward key, e.g. { "reward": { "mean": 0.5 } } */
+      metrics: Record<string, Record<string, number>>;
+    }
+  >;
+}
+
+export function buildJobResult(input: {
+  jobName: string;
+  workflowId: string;
+  status: JobResult['status'];
+  startedAt: string;
+  now: string;
+  running: number;
+  stats: JobStats;
+  metrics: readonly MetricType[];
+}): JobResult {
+  const { stats } = input;
+  return {
+    job_name: input.jobName,
+    workflow_id: input.workflowId,
+    status: input.status,
+    started_at: input.startedAt,
+    updated_at: input.now,
+    finished_at: input.status === 'running' ? null : input.now,
+    n_total_trials: stats.n_total_trials,
+    n_finished_trials: finishedCount(stats),
+    n_running_trials: input.running,
+    n_completed_trials: stats.n_completed,
+    n_errored_trials: stats.n_errored,
+    n_cancelled_trials: stats.n_cancelled,
+    n_infrastructure_errors: stats.n_infrastructure_errors,
+    errors_by_type: { ...stats.errors_by_type },
+    evals: Object.fromEntries(
+      Object.entries(stats.groups).map(([key, group]) => [
+        key,
+        {
+          agent: group.agent,
+          dataset: group.dataset,
+          n_trials: group.n_trials,
+          n_scored_trials: group.n_scored,
+          n_errors: group.n_errors,
+          metrics: groupMetrics(group, input.metrics),
+        },
+      ])
+    ),
+  };
+}

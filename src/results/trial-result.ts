@@ -1,0 +1,46 @@
+import type { StepName, StepTiming, TrialError, TrialSpec, TrialSummary, Rewards } from '../trial/types';
+
+/** `<job>/<trial>/result.json`. Documented in docs/results.md. */
+export interface TrialResult {
+  trial_name: string;
+  task_name: string;
+  dataset_name: string;
+  agent_name: string;
+  attempt: number;
+  rewards: Rewards | null;
+  error: TrialError | null;
+  agent_exit_code: number | null;
+  started_at: string;
+  finished_at: string;
+  steps: Partial<Record<StepName, StepTiming>>;
+  workflow_id: string;
+  job_name: string;
+  task_dir: string;
+  environment_type: string;
+  host: string | null;
+  image: string | null;
+  unenforced_limits: string[];
+  /** How many times the trial was restarted from scratch after losing its host or an infrastructure failure. */
+  restarts: number;
+}
+
+export function summaryFromResult(
+  spec: TrialSpec,
+  result: TrialResult,
+  hostQueue: string | null,
+  builtImage: string | null
+): TrialSummary {
+  return {
+    trialId: spec.trialId,
+    trialName: spec.trialName,
+    taskName: spec.taskName,
+    datasetName: spec.datasetName,
+    agentName: spec.agentName,
+    attempt: spec.attempt,
+    rewards: result.rewards,
+    error: result.error,
+    hostQueue,
+    builtImage,
+    envKey: spec.envKey,
+  };
+}

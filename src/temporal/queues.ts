@@ -1,0 +1,15 @@
+/** Task queue names. Pure: workflows and workers both use them. */
+import type { EnvironmentType } from '../job/schema';
+
+/** Job and Trial workflows, and the job's own activities (plan pages, job result). */
+export const JOB_TASK_QUEUE = 'rollout';
+
+/** Shared by every worker of a provider: where a trial claims a host. */
+export function providerQueue(type: EnvironmentType): string {
+  return `rollout-${type}`;
+}
+
+/** Polled only by one host's worker: lifecycle steps go here because the container lives on that host. */
+export function hostQueue(type: EnvironmentType, hostId: string): string {
+  return `${providerQueue(type)}@${hostId}`;
+}

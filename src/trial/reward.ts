@@ -1,0 +1,43 @@
+import type { Rewards } from './types';
+
+export type RewardRead =
+  { rewards: Rewards } | { error: 'RewardFileNotFoundError' | 'RewardFileParseError'; message: string };
+
+/** reward.txt holds one number (stored as {"reward": x}); reward.json a flat object of numbers. txt wins. */
+export function readReward(files: { txt?: string; json?: string }): RewardRead {
+  if (files.txt !== undefined) {
+    const text = files.txt.trim();
+    const value = Number(text);
+    if (text === '' || !Number.isFinite(value)) {
+      return {
+        error: 'RewardFileParseError',
+        message: `reward.txt: expected one number, got ${JSON.stringify(text.slice(0, 80))}`,
+      };
+    }
+    return { rewards: { reward: value } };
+  }
+  if (files.json !== undefined) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(files.json);
+    } catch (err) {
+      return { error: 'RewardFileParseError', message: `reward.json: invalid JSON (${(err as Error).message})` };
+    }
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+      return { error: 'RewardFileParseError', message: 'reward.json: expected an object of numbers' };
+    }
+    const rewards: Rewards = {};
+    for (const [key, value] of Object.entries(parsed)) {
+      if (typeof value !== 'number' || !Number.isFinite(value)) {
+        return { error: 'RewardFileParseError', message: `reward.json: "${key}" is not a number` };
+      }
+      rewards[key] = value;
+    }
+    if (Object.keys(rewards).length === 0) return { error: 'RewardFileParseError', message: 'reward.json: no rewards' };
+    return { rewards };
+  }
+  return {
+    error: 'RewardFileNotFoundError',
+    message: 'tests/test.sh wrote neither /logs/verifier/reward.txt nor /logs/verifier/reward.json',
+  };
+}

@@ -1,0 +1,21 @@
+/** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
+import { scaleBenchmark } from './scale';
+
+const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
+  scale: (args) => scaleBenchmark(Number(args[0] ?? 10_000)),
+};
+
+async function main(): Promise<void> {
+  const [name = 'scale', ...args] = process.argv.slice(2);
+  const run = benchmarks[name];
+  if (!run) throw new Error(`unknown benchmark "${name}"; known: ${Object.keys(benchmarks).join(', ')}`);
+  await run(args);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  }
+);

@@ -1,0 +1,111 @@
+/**
+ * The README's main job, end to end, for real: the CLI, a Temporal dev server, a Docker engine. Asserts rewards,
+ * files, metrics and that nothing is left behind.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { parse, stringify } from 'yaml';
+
+import type { JobResult } from '../src/results/job-result';
+import type { TrialResult } from '../src/results/trial-result';
+import type { CliRun } from './support/cli';
+import { runCli, workspace } from './support/cli';
+import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
+import { recordHistory } from './support/histories';
+import { testTemporal } from './support/temporal';
+
+const jobName = `examples-${randomBytes(3).toString('hex')}`;
+let dir: string;
+let run: CliRun;
+const jobDir = () => path.join(dir, 'jobs', jobName);
+const trial = async (name: string) =>
+  JSON.parse(await readFile(path.join(jobDir(), name, 'result.json'), 'utf8')) as TrialResult;
+
+describe('examples/job.yaml end to end', () => {
+  before(async () => {
+    const { client, connection } = await testTemporal();
+    dir = await workspace({ examples: 'examples' });
+    const job = parse(await readFile(path.join(dir, 'examples', 'job.yaml'), 'utf8')) as Record<string, unknown>;
+    await writeFile(path.join(dir, 'examples', 'job.yaml'), stringify({ ...job, name: jobName }));
+    run = await runCli(['examples/job.yaml'], { cwd: dir });
+    await recordHistory(client, `rollout-job/${jobName}`, 'job-examples');
+    await recordHistory(client, `${jobName}/hello-world__greeter__1`, 'trial-hello-world-greeter');
+    await connection.close();
+  });
+  after(() => removeJobLeftovers(jobName));
+
+  it('exits 0 and prints metrics, the results folder and the UI link', () => {
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /agent\s+dataset\s+reward\s+trials\s+errors\s+mean\s+max/);
+    assert.match(run.stdout, new RegExp(`results: .*jobs/${jobName}`));
+    assert.match(run.stderr, /6\/6 done/);
+  });
+
+  it('scores the oracle 1 on solvable tasks and 0 on the impossible one', async () => {
+    assert.deepEqual((await trial('hello-world__oracle__1')).rewards, { reward: 1 });
+    assert.deepEqual((await trial('word-count__oracle__1')).rewards, { lines: 1, words: 1 });
+    assert.deepEqual((await trial('impossible__oracle__1')).rewards, { reward: 0 });
+  });
+
+  it('runs the custom agent with its install and execute scripts and resolved ${VAR:-default} env', async () => {
+    const hello = await trial('hello-world__greeter__1');
+    assert.deepEqual(hello.rewards, { reward: 1 });
+    assert.equal(hello.error, null);
+    assert.deepEqual((await trial('word-count__greeter__1')).rewards, { lines: 0, words: 0 });
+    const executeLog = await readFile(path.join(jobDir(), 'hello-world__greeter__1', 'agent', 'execute.txt'), 'utf8');
+    assert.match(executeLog, /task: Create a file called `hello.txt`/);
+    const installLog = await readFile(path.join(jobDir(), 'hello-world__greeter__1', 'agent', 'install.txt'), 'utf8');
+    assert.match(installLog, /installed greeter/);
+  });
+
+  it('writes the trial folder layout with step timings and the workflow id', async () => {
+    const result = await trial('hello-world__oracle__1');
+    for (const step of ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const) {
+      const timing = result.steps[step];
+      assert.ok(timing, `step ${step} recorded`);
+      assert.ok(Date.parse(timing.started_at) <= Date.parse(timing.finished_at ?? ''), `step ${step} ordered`);
+    }
+    assert.equal(result.workflow_id, `${jobName}/hello-world__oracle__1`);
+    assert.equal(result.trial_name, 'hello-world__oracle__1');
+    assert.equal(result.task_name, 'hello-world');
+    assert.equal(result.agent_name, 'oracle');
+    assert.equal(result.attempt, 1);
+    const files = await readdir(path.join(jobDir(), 'hello-world__oracle__1'));
+    for (const expected of ['result.json', 'agent', 'verifier', 'trial.log'])
+      assert.ok(files.includes(expected), expected);
+    const verifierFiles = await readdir(path.join(jobDir(), 'hello-world__oracle__1', 'verifier'));
+    assert.ok(verifierFiles.includes('reward.txt') && verifierFiles.includes('test-stdout.txt'), verifierFiles.join());
+    assert.match(
+      await readFile(path.join(jobDir(), 'hello-world__oracle__1', 'trial.log'), 'utf8'),
+      /\[verify\] rewards/
+    );
+  });
+
+  it('writes the job result with counts and each metric per reward key, and the resolved config', async () => {
+    const result = JSON.parse(await readFile(path.join(jobDir(), 'result.json'), 'utf8')) as JobResult;
+    assert.equal(result.status, 'completed');
+    assert.equal(result.n_total_trials, 6);
+    assert.equal(result.n_completed_trials, 6);
+    assert.equal(result.n_errored_trials, 0);
+    assert.deepEqual(result.evals['oracle__tasks']?.metrics, {
+      lines: { mean: 1 / 3, max: 1 },
+      reward: { mean: 1 / 3, max: 1 },
+      words: { mean: 1 / 3, max: 1 },
+    });
+    assert.deepEqual(result.evals['greeter__tasks']?.metrics.reward, { mean: 1 / 3, max: 1 });
+    const config = JSON.parse(await readFile(path.join(jobDir(), 'config.json'), 'utf8')) as {
+      agents: { name: string; env: Record<string, string> }[];
+    };
+    assert.equal(config.agents[1]?.env.GREETING, '${GREETING:-Hello, world!}');
+    assert.ok((await stat(path.join(jobDir(), 'plan.jsonl'))).size > 0);
+  });
+
+  it('leaves no containers and, with delete: true, no images of the job', async () => {
+    assert.deepEqual(await containersOfJob(jobName), []);
+    assert.deepEqual(await imagesOfJob(jobName), []);
+  });
+});

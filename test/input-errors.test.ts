@@ -1,0 +1,106 @@
+/**
+ * Bad input fails before anything starts: one line per problem naming the file and the field, exit code 2, and
+ * nothing written. Runs the real CLI.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { before, describe, it } from 'node:test';
+
+import { runCli, workspace } from './support/cli';
+
+let dir: string;
+
+async function write(file: string, content: string): Promise<void> {
+  await mkdir(path.dirname(path.join(dir, file)), { recursive: true });
+  await writeFile(path.join(dir, file), content);
+}
+
+const JOB = ['agents:', '  - name: oracle', 'datasets:', '  - path: tasks', ''].join('\n');
+
+async function expectInputError(job: string, patterns: RegExp[]): Promise<string> {
+  await write('job.yaml', job);
+  const run = await runCli(['job.yaml'], { cwd: dir });
+  assert.equal(run.code, 2, `exit code; stderr: ${run.stderr}`);
+  for (const pattern of patterns) assert.match(run.stderr, pattern);
+  for (const line of run.stderr.trim().split('\n')) assert.match(line, /^error: \//, `one line per problem: ${line}`);
+  assert.equal(existsSync(path.join(dir, 'jobs')), false, 'nothing written');
+  return run.stderr;
+}
+
+describe('invalid input', () => {
+  before(async () => {
+    dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
+  });
+
+  it('reports unknown keys, wrong types and bad quantities in job.yaml with their field', async () => {
+    await expectInputError(
+      ['n_attempts: two', 'colour: blue', 'environment:', '  type: docker', '  override_memory: 2 gigs', JOB].join(
+        '\n'
+      ),
+      [
+        /job\.yaml: n_attempts: /,
+        /job\.yaml: colour: unknown key/,
+        /job\.yaml: environment\.override_memory: .*quantity/,
+      ]
+    );
+  });
+
+  it('reports an unknown agent and an unknown environment type', async () => {
+    await expectInputError(
+      ['environment:', '  type: modal', 'agents:', '  - name: claude-kode', 'datasets:', '  - path: tasks', ''].join(
+        '\n'
+      ),
+      [/environment\.type: unknown environment type/, /agents\.0\.execute: unknown agent "claude-kode"/]
+    );
+  });
+
+  it('reports a malformed task.toml, a bad task quantity and a missing tests/test.sh, naming each file', async () => {
+    await write('tasks/broken-toml/task.toml', 'version = "1.0"\n[agent\ntimeout_sec = 1\n');
+    await write('tasks/broken-toml/instruction.md', 'x');
+    await write('tasks/broken-toml/tests/test.sh', 'true');
+    await write('tasks/broken-toml/environment/Dockerfile', 'FROM debian:bookworm-slim');
+    await write('tasks/bad-memory/task.toml', 'version = "1.0"\n[environment]\nmemory = "lots"\n');
+    await write('tasks/bad-memory/instruction.md', 'x');
+    await write('tasks/bad-memory/tests/test.sh', 'true');
+    await write('tasks/bad-memory/environment/Dockerfile', 'FROM debian:bookworm-slim');
+    await write('tasks/no-tests/task.toml', 'version = "1.0"\n');
+    await write('tasks/no-tests/instruction.md', 'x');
+    await write('tasks/no-tests/environment/Dockerfile', 'FROM debian:bookworm-slim');
+    await write('tasks/no-dockerfile/task.toml', 'version = "1.0"\n');
+    await write('tasks/no-dockerfile/instruction.md', 'x');
+    await write('tasks/no-dockerfile/tests/test.sh', 'true');
+    try {
+      await expectInputError(JOB, [
+        /broken-toml\/task\.toml: invalid TOML/,
+        /bad-memory\/task\.toml: environment\.memory: not a quantity/,
+        /no-tests\/tests\/test\.sh: missing/,
+        /no-dockerfile\/environment\/Dockerfile: missing/,
+      ]);
+    } finally {
+      for (const task of ['broken-toml', 'bad-memory', 'no-tests', 'no-dockerfile']) {
+        await rm(path.join(dir, 'tasks', task), { recursive: true, force: true });
+      }
+    }
+  });
+
+  it('reports a missing job file and a missing dataset folder', async () => {
+    const missing = await runCli(['nope.yaml'], { cwd: dir });
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /^error: .*nope\.yaml: no such file$/m);
+    await expectInputError(['agents:', '  - name: oracle', 'datasets:', '  - path: elsewhere', ''].join('\n'), [
+      /elsewhere: dataset path is not a folder/,
+    ]);
+  });
+
+  it('refuses to reuse a job folder that holds a different configuration, keeping what it holds', async () => {
+    await write('jobs/same/config.json', JSON.stringify({ name: 'same', agents: [] }));
+    await write('job.yaml', `name: same\n${JOB}`);
+    const run = await runCli(['job.yaml'], { cwd: dir });
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr, /jobs\/same\/config\.json: job "same" already exists with a different configuration/);
+    assert.ok(existsSync(path.join(dir, 'jobs', 'same', 'config.json')));
+    await rm(path.join(dir, 'jobs'), { recursive: true });
+  });
+});

@@ -1,0 +1,112 @@
+/**
+ * Orchestration at scale and across workers, on the `local` environment (host processes) so containers do not
+ * drown the signal: continue-as-new, exactly-once trials, two hosts sharing a job, attaching instead of duplicating.
+ * Real Temporal dev server; real workers in this process.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { after, before, describe, it } from 'node:test';
+
+import type { Client, Connection } from '@temporalio/client';
+import type { NativeConnection, Worker } from '@temporalio/worker';
+
+import { jobFiles } from '../src/results/files';
+import type { TrialResult } from '../src/results/trial-result';
+import { localWorkers, runHistoryLengths, submitJob, writeLocalJob } from './support/local-job';
+import { testTemporal } from './support/temporal';
+
+let client: Client;
+let connection: Connection;
+const started: { connection: NativeConnection; workers: Worker[]; running: Promise<unknown> }[] = [];
+
+async function startWorkers(hostId: string, maxTrials: number, serveWorkflows = true) {
+  const set = await localWorkers({ hostId, maxTrials, serveWorkflows });
+  const entry = { ...set, running: Promise.all(set.workers.map((w) => w.run())) };
+  started.push(entry);
+  return entry;
+}
+
+async function stopWorkers(): Promise<void> {
+  for (const set of started.splice(0)) {
+    for (const worker of set.workers) if (worker.getState() === 'RUNNING') worker.shutdown();
+    await set.running;
+    await set.connection.close();
+  }
+}
+
+async function trialResults(jobDir: string, trialNames: string[]): Promise<TrialResult[]> {
+  return Promise.all(
+    trialNames.map(
+      async (name) => JSON.parse(await readFile(jobFiles.trialResult(jobDir, name), 'utf8')) as TrialResult
+    )
+  );
+}
+
+describe('orchestration on the local environment', () => {
+  before(async () => {
+    ({ client, connection } = await testTemporal());
+  });
+  after(async () => {
+    await stopWorkers();
+    await connection.close();
+  });
+
+  it('continues-as-new before the Job history grows large, and runs every trial exactly once', async () => {
+    const name = `can-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({ name, attempts: 300, concurrency: 24 });
+    await startWorkers(`can-${name}`, 24);
+    const { handle, plan } = await submitJob(client, jobFile, { maxHistoryEvents: 600 });
+    const final = await handle.result();
+    await stopWorkers();
+
+    assert.equal(final.finished, 300);
+    assert.equal(final.completed, 300, JSON.stringify(final.errorsByType));
+    assert.equal(final.meanReward, 1);
+    assert.ok(final.continuedAsNew >= 2, `continued-as-new ${final.continuedAsNew} times`);
+    const lengths = await runHistoryLengths(client, plan.jobWorkflowId);
+    assert.ok(Math.max(...lengths) < 1200, `history lengths ${lengths.join(', ')}`);
+
+    const results = await trialResults(
+      plan.jobDir,
+      plan.trials.map((t) => t.spec.trialName)
+    );
+    assert.ok(results.every((r) => r.rewards?.reward === 1 && r.restarts === 0));
+    const executions = await client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
+    assert.equal(executions.count, 300, 'one Trial workflow execution per trial');
+  });
+
+  it('shares one job between two workers with separate host identities', async () => {
+    const name = `hosts-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({ name, attempts: 24, concurrency: 8 });
+    await startWorkers(`alpha-${name}`, 4, true);
+    await startWorkers(`beta-${name}`, 4, false);
+    const { handle, plan } = await submitJob(client, jobFile);
+    const final = await handle.result();
+    await stopWorkers();
+
+    assert.equal(final.completed, 24);
+    const hosts = new Set(
+      (
+        await trialResults(
+          plan.jobDir,
+          plan.trials.map((t) => t.spec.trialName)
+        )
+      ).map((r) => r.host)
+    );
+    assert.deepEqual([...hosts].sort(), [`rollout-local@alpha-${name}`, `rollout-local@beta-${name}`]);
+  });
+
+  it('attaches to a running job instead of starting a duplicate', async () => {
+    const name = `attach-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({ name, attempts: 4, concurrency: 2 });
+    const first = await submitJob(client, jobFile);
+    const second = await submitJob(client, jobFile);
+    assert.equal(second.handle.firstExecutionRunId, first.handle.firstExecutionRunId);
+    await startWorkers(`attach-${name}`, 2);
+    assert.equal((await second.handle.result()).completed, 4);
+    await stopWorkers();
+    const runs = await client.workflow.count(`WorkflowId = "${first.plan.jobWorkflowId}"`);
+    assert.equal(runs.count, 1);
+  });
+});

@@ -1,0 +1,300 @@
+/** task.toml, job.yaml, quantities, env references, rewards and metrics: the formats at the edges, on real files. */
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+
+import { resolveEnv, MissingEnvironmentVariableError } from '../src/env-vars';
+import { InputError } from '../src/errors';
+import { loadJobFile } from '../src/job/load';
+import { parseBytes, parseCpus, parseQuantity } from '../src/quantity';
+import { addTrial, emptyStats, groupMetrics } from '../src/results/job-stats';
+import { loadTask } from '../src/task/load';
+import { readReward } from '../src/trial/reward';
+import type { TrialSummary } from '../src/trial/types';
+
+async function taskDir(toml: string): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-task-'));
+  await mkdir(path.join(dir, 'tests'));
+  await writeFile(path.join(dir, 'task.toml'), toml);
+  await writeFile(path.join(dir, 'instruction.md'), 'Do it.');
+  await writeFile(path.join(dir, 'tests', 'test.sh'), 'echo 1 > /logs/verifier/reward.txt');
+  return dir;
+}
+
+async function jobFile(yaml: string, name = 'job.yaml'): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-job-'));
+  await writeFile(path.join(dir, name), yaml);
+  return path.join(dir, name);
+}
+
+describe('quantities', () => {
+  it('parses Kubernetes quantities', () => {
+    assert.equal(parseQuantity('500m'), 0.5);
+    assert.equal(parseQuantity('2G'), 2e9);
+    assert.equal(parseQuantity('256Mi'), 256 * 2 ** 20);
+    assert.equal(parseQuantity('1.5Gi'), 1.5 * 2 ** 30);
+    assert.equal(parseQuantity('1e3'), 1000);
+    assert.equal(parseCpus(2), 2);
+    assert.equal(parseCpus('500m'), 0.5);
+  });
+  it('reads a bare memory or storage number as megabytes', () => {
+    assert.equal(parseBytes('2048'), 2048e6);
+    assert.equal(parseBytes(512), 512e6);
+    assert.equal(parseBytes('1Gi'), 2 ** 30);
+  });
+  it('rejects what is not a quantity', () => {
+    for (const bad of ['2 gigs', 'lots', '', '-1', '1.2.3', 'Gi', '0']) assert.throws(() => parseQuantity(bad), bad);
+  });
+});
+
+describe('task.toml', () => {
+  it('applies every default of the spec', async () => {
+    const load = await loadTask(await taskDir('version = "1.0"\n'));
+    assert.ok(load.task, JSON.stringify(load.problems));
+    const { config, resources } = load.task;
+    assert.equal(config.verifier.timeout_sec, 600);
+    assert.equal(config.agent.timeout_sec, 600);
+    assert.equal(config.environment.build_timeout_sec, 600);
+    assert.equal(config.environment.docker_image, null);
+    assert.equal(config.source, null);
+    assert.deepEqual(config.metadata, {});
+    assert.deepEqual(resources, { cpus: 1, memoryBytes: 2e9, storageBytes: 10e9, gpus: 0 });
+  });
+
+  it("accepts the spec's example unchanged", async () => {
+    const load = await loadTask(
+      await taskDir(`version = "1.0"
+[metadata]
+author_name = "Steve Jobs"
+author_email = "steve@apple.com"
+difficulty = "easy"
+category = "programming"
+tags = ["trivial"]
+[verifier]
+timeout_sec = 120.0
+[agent]
+timeout_sec = 120.0
+[environment]
+build_timeout_sec = 600.0
+docker_image = "some-org/some-name:some-tag"
+cpus = "1"
+memory = "2048"
+storage = "10240"
+`)
+    );
+    assert.ok(load.task, JSON.stringify(load.problems));
+    assert.equal(load.task.resources.memoryBytes, 2048e6);
+    assert.equal(load.task.config.environment.docker_image, 'some-org/some-name:some-tag');
+    assert.deepEqual(load.task.config.metadata.tags, ['trivial']);
+  });
+
+  it("accepts Harbor's schema 1.4 task.toml", async () => {
+    const load = await loadTask(
+      await taskDir(`schema_version = "1.4"
+[task]
+name = "harbor/hello-world"
+description = "hi"
+[verifier]
+timeout_sec = 120.0
+[verifier.env]
+TOKEN = "\${TOKEN:-x}"
+[solution.env]
+MODE = "fast"
+[agent]
+timeout_sec = 120.0
+[environment]
+build_timeout_sec = 600.0
+cpus = 2
+memory_mb = 4096
+storage_mb = 10240
+gpus = 0
+allow_internet = true
+`)
+    );
+    assert.ok(load.task, JSON.stringify(load.problems));
+    assert.deepEqual(load.task.resources, { cpus: 2, memoryBytes: 4096e6, storageBytes: 10240e6, gpus: 0 });
+    assert.deepEqual(load.task.config.solution.env, { MODE: 'fast' });
+    assert.equal(load.task.config.verifier.env.TOKEN, '${TOKEN:-x}');
+  });
+
+  it('reports each problem with file and field', async () => {
+    const dir = await taskDir(
+      '[environment]\ncpus = "many"\nmemory = "2 gigs"\nflavour = "x"\n[agent]\ntimeout_sec = "soon"\n'
+    );
+    const load = await loadTask(dir);
+    const lines = load.problems.map((p) => `${p.file}: ${p.field}: ${p.message}`);
+    const file = path.join(dir, 'task.toml');
+    for (const field of [
+      'environment.cpus',
+      'environment.memory',
+      'environment.flavour',
+      'agent.timeout_sec',
+      'version',
+    ]) {
+      assert.ok(
+        lines.some((line) => line.startsWith(`${file}: ${field}: `)),
+        `${field} in ${lines.join('\n')}`
+      );
+    }
+  });
+
+  it('rejects multi-step tasks clearly', async () => {
+    const load = await loadTask(await taskDir('version = "1.0"\n[[steps]]\nname = "one"\n'));
+    assert.match(load.problems[0]?.message ?? '', /multi-step tasks/);
+  });
+});
+
+describe('job.yaml', () => {
+  it('applies defaults and names the job after its file', async () => {
+    const job = await loadJobFile(
+      await jobFile('agents: [{name: oracle}]\ndatasets: [{path: tasks}]\n', 'nightly.yaml')
+    );
+    assert.equal(job.name, 'nightly');
+    assert.equal(job.n_attempts, 1);
+    assert.equal(job.n_concurrent_trials, 4);
+    assert.equal(job.timeout_multiplier, 1);
+    assert.equal(job.environment.type, 'docker');
+    assert.equal(job.environment.delete, true);
+    assert.equal(job.environment.force_build, false);
+    assert.deepEqual(job.verifier, { override_timeout_sec: 0, max_timeout_sec: 0, disable: false });
+    assert.deepEqual(job.metrics, [{ type: 'mean' }]);
+    assert.ok(path.isAbsolute(job.jobs_dir));
+  });
+
+  it('reads job.json too, with every key of the spec', async () => {
+    const job = await loadJobFile(
+      await jobFile(
+        JSON.stringify({
+          name: 'j',
+          jobs_dir: 'out',
+          n_attempts: 3,
+          n_concurrent_trials: 2,
+          timeout_multiplier: 2.5,
+          log_level: 'error',
+          environment: {
+            type: 'local',
+            force_build: true,
+            delete: false,
+            override_cpus: 1,
+            override_memory: '2G',
+            override_storage: '30G',
+          },
+          verifier: { override_timeout_sec: 10, max_timeout_sec: 20, disable: true },
+          metrics: [{ type: 'sum' }, { type: 'min' }, { type: 'max' }, { type: 'mean' }],
+          agents: [
+            { name: 'a', description: 'd', install: 'true', execute: 'true', env: { K: '${K}' } },
+            { name: 'oracle' },
+          ],
+          datasets: [{ path: 'tasks' }],
+        }),
+        'job.json'
+      )
+    );
+    assert.equal(job.n_attempts, 3);
+    assert.equal(job.environment.type, 'local');
+    assert.equal(job.agents[0]?.env.K, '${K}');
+  });
+
+  it('reports every problem at once, one per field', async () => {
+    const file = await jobFile(
+      'n_attempts: 0\nmetrics: [{type: median}]\nenvironment: {type: k8s, override_cpus: lots}\nagents: [{name: oracle, execute: "x"}, {name: x}]\ndatasets: []\n'
+    );
+    await assert.rejects(loadJobFile(file), (err: unknown) => {
+      assert.ok(err instanceof InputError);
+      const fields = err.problems.map((p) => p.field);
+      for (const field of [
+        'n_attempts',
+        'metrics.0.type',
+        'environment.type',
+        'environment.override_cpus',
+        'agents.0.execute',
+        'agents.1.execute',
+        'datasets',
+      ]) {
+        assert.ok(fields.includes(field), `${field} in ${fields.join(', ')}`);
+      }
+      assert.ok(err.problems.every((p) => p.file === file));
+      return true;
+    });
+  });
+
+  it('reports invalid YAML with the file', async () => {
+    const file = await jobFile('agents: [\n');
+    await assert.rejects(loadJobFile(file), new RegExp(`${file}: invalid YAML`));
+  });
+});
+
+describe('env references', () => {
+  it('resolves ${VAR} and ${VAR:-default}, and names every unset variable', () => {
+    assert.deepEqual(resolveEnv({ A: '${X}', B: 'pre-${Y:-dflt}', C: 'plain' }, { X: 'x' }), {
+      A: 'x',
+      B: 'pre-dflt',
+      C: 'plain',
+    });
+    assert.throws(
+      () => resolveEnv({ A: '${NOPE}', B: '${ALSO_NOPE}' }, {}),
+      (err: unknown) => {
+        assert.ok(err instanceof MissingEnvironmentVariableError);
+        assert.deepEqual(err.names, ['ALSO_NOPE', 'NOPE']);
+        return true;
+      }
+    );
+  });
+});
+
+describe('rewards', () => {
+  it('reads reward.txt first, then reward.json', () => {
+    assert.deepEqual(readReward({ txt: ' 0.75\n', json: '{"x": 1}' }), { rewards: { reward: 0.75 } });
+    assert.deepEqual(readReward({ json: '{"accuracy": 0.95, "runtime_sec": 1.23}' }), {
+      rewards: { accuracy: 0.95, runtime_sec: 1.23 },
+    });
+  });
+  it('types missing and unparsable reward files', () => {
+    assert.equal((readReward({}) as { error: string }).error, 'RewardFileNotFoundError');
+    for (const bad of [
+      { txt: 'yes' },
+      { txt: '' },
+      { json: '{"a": "1"}' },
+      { json: '[1]' },
+      { json: '{"a": {"b": 1}}' },
+      { json: 'nope' },
+    ]) {
+      assert.equal((readReward(bad) as { error: string }).error, 'RewardFileParseError', JSON.stringify(bad));
+    }
+  });
+});
+
+describe('metrics', () => {
+  const trial = (agent: string, rewards: Record<string, number> | null, error: string | null = null): TrialSummary => ({
+    trialId: `${agent}-${Math.random()}`,
+    trialName: 't',
+    taskName: 't',
+    datasetName: 'd',
+    agentName: agent,
+    attempt: 1,
+    rewards,
+    error: error ? { type: error as 'AgentTimeoutError', message: '', step: 'execute' } : null,
+    hostQueue: null,
+    builtImage: null,
+    envKey: 'k',
+  });
+
+  it('computes sum, min, max and mean per reward key; task errors count 0, infrastructure errors not at all', () => {
+    const stats = emptyStats(5);
+    addTrial(stats, trial('a', { reward: 1 }));
+    addTrial(stats, trial('a', { reward: 0.5 }));
+    addTrial(stats, trial('a', null, 'RewardFileNotFoundError'));
+    addTrial(stats, trial('a', null, 'InfrastructureError'));
+    addTrial(stats, trial('a', null, 'CancelledError'));
+    const group = stats.groups['a__d']!;
+    assert.deepEqual(groupMetrics(group, ['sum', 'min', 'max', 'mean']), {
+      reward: { sum: 1.5, min: 0, max: 1, mean: 0.5 },
+    });
+    assert.equal(stats.n_completed, 2);
+    assert.equal(stats.n_errored, 1);
+    assert.equal(stats.n_infrastructure_errors, 1);
+    assert.equal(stats.n_cancelled, 1);
+  });
+});

@@ -1,0 +1,46 @@
+/** Runs the real `rollout` CLI (bin/rollout.js) as a child process against the tests' Temporal server. */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { cp, mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import { REPO_ROOT, TEST_ADDRESS } from './temporal';
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export const CLI = path.join(REPO_ROOT, 'bin', 'rollout.js');
+
+export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return { ...process.env, TEMPORAL_ADDRESS: TEST_ADDRESS, ROLLOUT_HOST_ID: 'test-host', ...extra };
+}
+
+export function startCli(
+  args: string[],
+  options: { cwd: string; env?: Record<string, string> }
+): ChildProcess & { output: Promise<CliRun> } {
+  const child = spawn(process.execPath, [CLI, ...args], { cwd: options.cwd, env: cliEnv(options.env) });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const output = new Promise<CliRun>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  return Object.assign(child, { output });
+}
+
+export function runCli(args: string[], options: { cwd: string; env?: Record<string, string> }): Promise<CliRun> {
+  return startCli(args, options).output;
+}
+
+/** A scratch folder with copies of the given fixture folders (test/fixtures/<name> or examples/...). */
+export async function workspace(copies: Record<string, string> = {}): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-test-'));
+  for (const [target, source] of Object.entries(copies)) {
+    await cp(path.join(REPO_ROOT, source), path.join(dir, target), { recursive: true });
+  }
+  return dir;
+}

@@ -1,0 +1,84 @@
+/**
+ * A job over one trivial task on the `local` environment, run in this process (workers included) against the tests'
+ * Temporal server: for orchestration tests and benchmarks where containers would only add noise.
+ */
+import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import type { Client } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import type { Worker } from '@temporalio/worker';
+
+import type { JobProgress } from '../../workflows/messages';
+import { createWorkers } from '../../workers/create-workers';
+import { loadJobFile } from '../../src/job/load';
+import { planJob } from '../../src/job/plan';
+import { jobInput, saveJobFolder, startJobWorkflow } from '../../src/job/submit';
+import { TEST_ADDRESS } from './temporal';
+
+export async function writeLocalJob(options: { name: string; attempts: number; concurrency: number }): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-local-'));
+  const task = path.join(dir, 'tasks', 'trivial');
+  await mkdir(path.join(task, 'tests'), { recursive: true });
+  await writeFile(
+    path.join(task, 'task.toml'),
+    'version = "1.0"\n[agent]\ntimeout_sec = 30.0\n[verifier]\ntimeout_sec = 30.0\n'
+  );
+  await writeFile(path.join(task, 'instruction.md'), 'Write ok to answer.txt.');
+  await writeFile(
+    path.join(task, 'tests', 'test.sh'),
+    'if [ "$(cat answer.txt)" = ok ]; then echo 1; else echo 0; fi > "$ROLLOUT_LOGS_DIR/verifier/reward.txt"\n'
+  );
+  await writeFile(
+    path.join(dir, 'job.yaml'),
+    [
+      `name: ${options.name}`,
+      `jobs_dir: ${path.join(dir, 'jobs')}`,
+      `n_attempts: ${options.attempts}`,
+      `n_concurrent_trials: ${options.concurrency}`,
+      'environment:',
+      '  type: local',
+      'agents:',
+      '  - name: echo',
+      '    execute: echo ok > answer.txt',
+      'datasets:',
+      '  - path: tasks',
+      '',
+    ].join('\n')
+  );
+  return path.join(dir, 'job.yaml');
+}
+
+export async function localWorkers(options: { hostId: string; maxTrials: number; serveWorkflows?: boolean }) {
+  const connection = await NativeConnection.connect({ address: TEST_ADDRESS });
+  const workers: Worker[] = await createWorkers({
+    connection,
+    namespace: 'default',
+    hostId: options.hostId,
+    environmentTypes: ['local'],
+    maxTrials: options.maxTrials,
+    serveWorkflows: options.serveWorkflows ?? true,
+  });
+  return { connection, workers };
+}
+
+/** Plans and starts the job in jobFile; returns its handle and folder. */
+export async function submitJob(client: Client, jobFile: string, options: { maxHistoryEvents?: number } = {}) {
+  const job = await loadJobFile(jobFile);
+  const plan = await planJob(job);
+  await saveJobFolder(job, plan);
+  const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
+  return { handle, plan, job };
+}
+
+/** Sizes of every run of a workflow id (continue-as-new makes several). */
+export async function runHistoryLengths(client: Client, workflowId: string): Promise<number[]> {
+  const lengths: number[] = [];
+  for await (const execution of client.workflow.list({ query: `WorkflowId = "${workflowId}"` })) {
+    lengths.push(execution.historyLength);
+  }
+  return lengths;
+}
+
+export type { JobProgress };

@@ -1,0 +1,3 @@
+/** The workflows a Rollout worker registers (its `workflowsPath`). */
+export { jobWorkflow } from './job';
+export { trialWorkflow } from './trial';

@@ -1,0 +1,305 @@
+/**
+ * A job: expands into Trial child workflows from the plan file, read in pages, running at most
+ * `concurrency` at once (a sliding window). Trials report back by signal, so the Job can continue-as-new before its
+ * history grows large while trials keep running (they are started with ABANDON, never killed by a new run).
+ */
+import {
+  ApplicationFailure,
+  CancellationScope,
+  ParentClosePolicy,
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  isCancellation,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  startChild,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+
+import type { JobActivities, ProviderActivities } from '../activities';
+import type { PlanPageEntry } from '../activities/plan';
+import type { EnvironmentType, MetricType } from '../src/job/schema';
+import { buildJobResult } from '../src/results/job-result';
+import type { JobStats } from '../src/results/job-stats';
+import { addTrial, emptyStats, finishedCount, primaryReward } from '../src/results/job-stats';
+import {
+  RolloutAgent,
+  RolloutAttempt,
+  RolloutDataset,
+  RolloutJob,
+  RolloutStatus,
+  RolloutTask,
+} from '../src/temporal/search-attributes';
+import type { TrialSpec, TrialSummary } from '../src/trial/types';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../src/trial/types';
+import type { JobProgress, RunningTrialInfo } from './messages';
+import { jobProgressQuery, trialFinishedSignal } from './messages';
+import { trialWorkflow } from './trial';
+
+export interface JobInput {
+  jobName: string;
+  jobDir: string;
+  totalTrials: number;
+  concurrency: number;
+  metrics: MetricType[];
+  environmentType: EnvironmentType;
+  /** Remove images the job built once no trial needs them (`environment.delete`). */
+  deleteImages: boolean;
+  /** Finished trials whose error is one of these run again. */
+  rerunErrorTypes: string[];
+  pageSize?: number;
+  /** Continue-as-new once history passes this many events (Temporal's hard limit is 51,200). */
+  maxHistoryEvents?: number;
+  /** State carried across continue-as-new. */
+  carried?: JobCarry;
+}
+
+interface EnvUsage {
+  running: number;
+  /** The plan cursor has passed this environment's last trial: no more trials will need it. */
+  dispatched: boolean;
+  /** Host queue → image Rollout built there for this environment. */
+  images: Record<string, string>;
+}
+
+interface JobCarry {
+  cursor: number;
+  startedAt: string;
+  stats: JobStats;
+  scoredRewardSum: number;
+  scoredRewardCount: number;
+  running: Record<string, RunningTrialInfo & { envKey: string }>;
+  envs: Record<string, EnvUsage>;
+  /** Signals from trials this run did not start (an earlier run did): counted when the plan reaches them. */
+  late: Record<string, TrialSummary>;
+  continuedAsNew: number;
+}
+
+const DEFAULT_PAGE_SIZE = 100;
+const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
+const CANCEL_DRAIN_TIMEOUT = '10 minutes';
+
+const { readPlanPage, writeJobResult } = proxyActivities<JobActivities>({
+  startToCloseTimeout: '2 minutes',
+  retry: { maximumAttempts: 5 },
+});
+
+export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
+  const info = workflowInfo();
+  const state: JobCarry = input.carried ?? {
+    cursor: 0,
+    startedAt: new Date().toISOString(),
+    stats: emptyStats(input.totalTrials),
+    scoredRewardSum: 0,
+    scoredRewardCount: 0,
+    running: {},
+    envs: {},
+    late: {},
+    continuedAsNew: 0,
+  };
+  let status: JobProgress['status'] = 'running';
+  let dirty = true;
+
+  const progress = (): JobProgress => ({
+    jobName: input.jobName,
+    status,
+    total: input.totalTrials,
+    finished: finishedCount(state.stats),
+    running: Object.keys(state.running).length,
+    completed: state.stats.n_completed,
+    errored: state.stats.n_errored,
+    cancelled: state.stats.n_cancelled,
+    infrastructureErrors: state.stats.n_infrastructure_errors,
+    errorsByType: { ...state.stats.errors_by_type },
+    meanReward: state.scoredRewardCount > 0 ? state.scoredRewardSum / state.scoredRewardCount : null,
+    runningTrials: Object.values(state.running).map(({ trialId, trialName, startedAt }) => ({
+      trialId,
+      trialName,
+      startedAt,
+    })),
+    continuedAsNew: state.continuedAsNew,
+  });
+
+  const count = (summary: TrialSummary) => {
+    addTrial(state.stats, summary);
+    const reward = primaryReward(summary.rewards);
+    const scored = summary.error?.type !== INFRASTRUCTURE_ERROR && summary.error?.type !== CANCELLED_ERROR;
+    if (scored) {
+      state.scoredRewardSum += reward ?? 0;
+      state.scoredRewardCount += 1;
+    }
+    dirty = true;
+  };
+
+  setHandler(jobProgressQuery, progress);
+  setHandler(trialFinishedSignal, (summary) => {
+    const running = state.running[summary.trialId];
+    if (!running) {
+      state.late[summary.trialId] = summary;
+      return;
+    }
+    delete state.running[summary.trialId];
+    count(summary);
+    const env = state.envs[running.envKey];
+    if (env) {
+      env.running -= 1;
+      if (summary.builtImage && summary.hostQueue) env.images[summary.hostQueue] = summary.builtImage;
+    }
+  });
+
+  const writeResult = async () => {
+    dirty = false;
+    const result = buildJobResult({
+      jobName: input.jobName,
+      workflowId: info.workflowId,
+      status,
+      startedAt: state.startedAt,
+      now: new Date().toISOString(),
+      running: Object.keys(state.running).length,
+      stats: state.stats,
+      metrics: input.metrics,
+    });
+    setCurrentDetails(
+      `**${input.jobName}**: ${result.n_finished_trials}/${result.n_total_trials} finished, ${result.n_running_trials} running`
+    );
+    await writeJobResult({ jobDir: input.jobDir, result });
+  };
+
+  try {
+    await dispatchTrials();
+    status = 'completed';
+  } catch (err) {
+    if (err instanceof ContinueAsNew) {
+      await condition(allHandlersFinished);
+      await continueAsNew<typeof jobWorkflow>({
+        ...input,
+        carried: { ...state, continuedAsNew: state.continuedAsNew + 1 },
+      });
+    }
+    if (!isCancellation(err)) throw err;
+    status = 'cancelled';
+    await CancellationScope.nonCancellable(() => cancelRunningTrials(state));
+  }
+  await CancellationScope.nonCancellable(writeResult);
+  return progress();
+
+  /** The sliding window: start trials page by page while slots are free; write results as trials finish. */
+  async function dispatchTrials(): Promise<void> {
+    const pageSize = input.pageSize ?? DEFAULT_PAGE_SIZE;
+    const runningCount = () => Object.keys(state.running).length;
+    const checkpoint = async () => {
+      if (dirty) await writeResult();
+      await releaseImages(input, state);
+      const { continueAsNewSuggested, historyLength } = workflowInfo();
+      if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
+        throw new ContinueAsNew();
+      }
+    };
+
+    while (state.cursor < input.totalTrials) {
+      const page: PlanPageEntry[] = await readPlanPage({
+        jobDir: input.jobDir,
+        offset: state.cursor,
+        limit: pageSize,
+        rerunErrorTypes: input.rerunErrorTypes,
+      });
+      if (page.length === 0) {
+        throw ApplicationFailure.nonRetryable(`plan.jsonl ends at ${state.cursor} of ${input.totalTrials} trials`);
+      }
+      for (const entry of page) {
+        const { spec } = entry.trial;
+        const env = (state.envs[spec.envKey] ??= { running: 0, dispatched: false, images: {} });
+        const finished = entry.finished ?? state.late[spec.trialId];
+        delete state.late[spec.trialId];
+        if (finished) {
+          count(finished);
+        } else {
+          while (runningCount() >= input.concurrency) {
+            await condition(() => runningCount() < input.concurrency || dirty);
+            await checkpoint();
+          }
+          await startTrial(spec);
+          env.running += 1;
+          state.running[spec.trialId] = {
+            trialId: spec.trialId,
+            trialName: spec.trialName,
+            startedAt: new Date().toISOString(),
+            envKey: spec.envKey,
+          };
+        }
+        if (entry.trial.envLast) env.dispatched = true;
+        state.cursor += 1;
+      }
+      await checkpoint();
+    }
+    // The tail: keep results fresh and images released while the last trials finish.
+    while (runningCount() > 0) {
+      await condition(() => dirty);
+      await checkpoint();
+    }
+    await checkpoint();
+  }
+}
+
+class ContinueAsNew extends Error {}
+
+async function startTrial(spec: TrialSpec): Promise<void> {
+  try {
+    await startChild(trialWorkflow, {
+      workflowId: spec.trialId,
+      args: [spec],
+      // Trials outlive each run of the Job (continue-as-new closes the run): a new run must not kill them.
+      parentClosePolicy: ParentClosePolicy.ABANDON,
+      // The on-disk result decides what is finished, so a closed trial with the same id may run again.
+      workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+      staticSummary: `${spec.taskName} · ${spec.agentName} · attempt ${spec.attempt}`,
+      typedSearchAttributes: [
+        { key: RolloutJob, value: spec.jobName },
+        { key: RolloutTask, value: spec.taskName },
+        { key: RolloutAgent, value: spec.agentName },
+        { key: RolloutDataset, value: spec.datasetName },
+        { key: RolloutAttempt, value: spec.attempt },
+        { key: RolloutStatus, value: 'running' },
+      ],
+    });
+  } catch (err) {
+    // Still running from an earlier run of this job: it will signal this run when it finishes.
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+  }
+}
+
+/** Removes images of environments no remaining trial needs, on every host that built one. */
+async function releaseImages(input: JobInput, state: JobCarry): Promise<void> {
+  for (const [envKey, env] of Object.entries(state.envs)) {
+    if (!env.dispatched || env.running > 0) continue;
+    delete state.envs[envKey];
+    if (!input.deleteImages) continue;
+    await Promise.all(
+      Object.entries(env.images).map(async ([hostQueue, image]) => {
+        const { removeImage } = proxyActivities<ProviderActivities>({
+          taskQueue: hostQueue,
+          scheduleToStartTimeout: '1 minute',
+          startToCloseTimeout: '5 minutes',
+          retry: { maximumAttempts: 3 },
+        });
+        await removeImage({ environmentType: input.environmentType, image }).catch(() => false);
+      })
+    );
+  }
+}
+
+/** On cancel: ask every running trial to cancel (their cleanup runs), then wait for them to report back. */
+async function cancelRunningTrials(state: JobCarry): Promise<void> {
+  await Promise.all(
+    Object.keys(state.running).map((trialId) =>
+      getExternalWorkflowHandle(trialId)
+        .cancel()
+        .catch(() => undefined)
+    )
+  );
+  await condition(() => Object.keys(state.running).length === 0, CANCEL_DRAIN_TIMEOUT);
+}

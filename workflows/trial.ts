@@ -1,0 +1,301 @@
+/**
+ * One trial: an agent's attempt at a task. Each lifecycle step is an activity on the task queue of the host that
+ * holds the trial's container; an infrastructure failure (a lost host, a Docker daemon that kept failing) restarts
+ * the trial from scratch on a fresh container, possibly on another host. Cleanup always runs.
+ */
+import type { ActivityOptions } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  getExternalWorkflowHandle,
+  isCancellation,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+  setCurrentDetails,
+} from '@temporalio/workflow';
+
+import type { ProviderActivities, JobActivities } from '../activities';
+import { primaryReward } from '../src/results/job-stats';
+import type { TrialResult } from '../src/results/trial-result';
+import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
+import { RolloutReward, RolloutStatus } from '../src/temporal/search-attributes';
+import type {
+  EnvironmentHandle,
+  ExecuteOutcome,
+  Rewards,
+  StepName,
+  StepTiming,
+  TrialError,
+  TrialSpec,
+  TrialSummary,
+} from '../src/trial/types';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES, trialStatus } from '../src/trial/types';
+import type { TrialState } from './messages';
+import { trialFinishedSignal, trialStateQuery } from './messages';
+
+/** Extra time a step's activity gets over the limit enforced inside it: Temporal's timeout is only a backstop. */
+const GRACE_SEC = 60;
+const HEARTBEAT_TIMEOUT_MS = 10_000;
+/** A trial that lost its host (or kept hitting infrastructure errors) starts over at most this many times. */
+const MAX_RESTARTS = 2;
+const HOUSEKEEPING_TIMEOUT_MS = 5 * 60_000;
+
+export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
+  const state: TrialState = { status: 'running', step: null, hostQueue: null, restarts: 0 };
+  setHandler(trialStateQuery, () => state);
+  const steps: Partial<Record<StepName, StepTiming>> = {};
+  const startedAt = new Date().toISOString();
+  let outcome: Outcome = emptyOutcome();
+
+  try {
+    for (;;) {
+      outcome = await runOnce(spec, state, steps);
+      if (!outcome.restart) break;
+      if (state.restarts >= MAX_RESTARTS) {
+        outcome.error = {
+          ...outcome.restart,
+          message: `${outcome.restart.message} (after ${state.restarts} restarts)`,
+        };
+        break;
+      }
+      state.restarts += 1;
+    }
+  } catch (err) {
+    if (!isCancellation(err)) throw err;
+    outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: state.step ?? 'trial' };
+  }
+
+  const result: TrialResult = {
+    trial_name: spec.trialName,
+    task_name: spec.taskName,
+    dataset_name: spec.datasetName,
+    agent_name: spec.agentName,
+    attempt: spec.attempt,
+    rewards: outcome.rewards,
+    error: outcome.error,
+    agent_exit_code: outcome.agentExitCode,
+    started_at: startedAt,
+    finished_at: new Date().toISOString(),
+    steps,
+    workflow_id: spec.trialId,
+    job_name: spec.jobName,
+    task_dir: spec.taskDir,
+    environment_type: spec.environmentType,
+    host: state.hostQueue,
+    image: outcome.image,
+    unenforced_limits: outcome.unenforced,
+    restarts: state.restarts,
+  };
+  const summary: TrialSummary = {
+    trialId: spec.trialId,
+    trialName: spec.trialName,
+    taskName: spec.taskName,
+    datasetName: spec.datasetName,
+    agentName: spec.agentName,
+    attempt: spec.attempt,
+    rewards: result.rewards,
+    error: result.error,
+    hostQueue: outcome.builtImage ? state.hostQueue : null,
+    builtImage: outcome.builtImage,
+    envKey: spec.envKey,
+  };
+  state.status = trialStatus(summary);
+  state.step = null;
+
+  await CancellationScope.nonCancellable(async () => {
+    await writeResult(spec, state.hostQueue, result);
+    const reward = primaryReward(result.rewards);
+    upsertSearchAttributes([
+      { key: RolloutStatus, value: state.status },
+      ...(reward === null ? [] : [{ key: RolloutReward, value: reward }]),
+    ]);
+    setCurrentDetails(describe(result));
+    await getExternalWorkflowHandle(spec.jobWorkflowId)
+      .signal(trialFinishedSignal, summary)
+      .catch(() => undefined); // No running job (a trial started on its own, or a cancelled job): nothing to tell.
+  });
+  return summary;
+}
+
+interface Outcome {
+  rewards: Rewards | null;
+  error: TrialError | null;
+  agentExitCode: number | null;
+  image: string | null;
+  builtImage: string | null;
+  unenforced: string[];
+  /** Set when this run hit an infrastructure failure and the trial should start over. */
+  restart: TrialError | null;
+}
+
+function emptyOutcome(): Outcome {
+  return {
+    rewards: null,
+    error: null,
+    agentExitCode: null,
+    image: null,
+    builtImage: null,
+    unenforced: [],
+    restart: null,
+  };
+}
+
+/** One pass through the lifecycle on one host. Task errors end the pass; infrastructure errors ask for a restart. */
+async function runOnce(
+  spec: TrialSpec,
+  state: TrialState,
+  steps: Partial<Record<StepName, StepTiming>>
+): Promise<Outcome> {
+  const outcome = emptyOutcome();
+  const { claimHost } = proxyActivities<ProviderActivities>({
+    taskQueue: providerQueue(spec.environmentType),
+    startToCloseTimeout: '1 minute',
+    retry: { initialInterval: '1s', maximumInterval: '10s' },
+  });
+  const { hostQueue } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
+  state.hostQueue = hostQueue;
+  const host = hostActivities(spec, hostQueue);
+
+  const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
+    state.step = name;
+    setCurrentDetails(`**${spec.trialName}**: ${name} on \`${hostQueue}\``);
+    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
+    steps[name] = timing;
+    try {
+      return await run();
+    } finally {
+      timing.finished_at = new Date().toISOString();
+    }
+  };
+
+  let handle: EnvironmentHandle | null = null;
+  let collected = false;
+  try {
+    const image = await step('build', () => host.buildEnvironment({ spec }));
+    outcome.image = image.image;
+    outcome.builtImage = image.built ? image.image : null;
+    const started = await step('start', () => host.startEnvironment({ spec, image: image.image }));
+    handle = started.handle;
+    outcome.unenforced = started.unenforced;
+    const environment = handle;
+    await step('install', () => host.installAgent({ spec, handle: environment }));
+    const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
+    outcome.agentExitCode = execution.exitCode;
+    if (execution.timedOut) {
+      // The agent's processes are already dead; the verifier still grades what it left.
+      outcome.error = {
+        type: 'AgentTimeoutError',
+        message: `agent exceeded ${spec.timeouts.execute} s`,
+        step: 'execute',
+      };
+    }
+    if (spec.verify) {
+      try {
+        outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
+      } catch (err) {
+        const error = classify(err, 'verify');
+        if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
+        outcome.error ??= error;
+      }
+    }
+    await step('collect', () => host.collectLogs({ spec, handle: environment }));
+    collected = true;
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    const error = classify(err, state.step ?? 'trial');
+    if (error.type === INFRASTRUCTURE_ERROR) outcome.restart = error;
+    else outcome.error ??= error;
+  } finally {
+    await CancellationScope.nonCancellable(() => releaseEnvironment(spec, host, handle, collected, steps, state));
+  }
+  return outcome;
+}
+
+/** Collect (if not done yet), stop and clean up. Best effort: a host that is gone cannot be cleaned from here. */
+async function releaseEnvironment(
+  spec: TrialSpec,
+  host: ReturnType<typeof hostActivities>,
+  handle: EnvironmentHandle | null,
+  collected: boolean,
+  steps: Partial<Record<StepName, StepTiming>>,
+  state: TrialState
+): Promise<void> {
+  const attempt = async (name: StepName, run: () => Promise<void>) => {
+    state.step = name;
+    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
+    steps[name] = timing;
+    await run().catch(() => undefined);
+    timing.finished_at = new Date().toISOString();
+  };
+  if (handle && !collected) await attempt('collect', () => host.collectLogs({ spec, handle }));
+  if (handle) await attempt('stop', () => host.stopEnvironment({ spec, handle }));
+  await attempt('cleanup', () => host.cleanupEnvironment({ spec }));
+}
+
+/** The lifecycle activities, bound to the host queue, each with a timeout derived from the trial's limits. */
+function hostActivities(spec: TrialSpec, hostQueue: string) {
+  const base: ActivityOptions = {
+    taskQueue: hostQueue,
+    heartbeatTimeout: HEARTBEAT_TIMEOUT_MS,
+    // Only host-specific queues may use this: a host that stopped polling fails the step fast, and the trial
+    // restarts elsewhere instead of waiting forever.
+    scheduleToStartTimeout: spec.hostLostTimeoutSec * 1000,
+  };
+  const retried = { maximumAttempts: 3, initialInterval: 1000, nonRetryableErrorTypes: [...TASK_ERROR_TYPES] };
+  // Agent scripts are not idempotent: never re-run one in the same container; the trial restarts instead.
+  const once = { maximumAttempts: 1 };
+  const proxy = (seconds: number, retry: ActivityOptions['retry']) =>
+    proxyActivities<ProviderActivities>({ ...base, startToCloseTimeout: (seconds + GRACE_SEC) * 1000, retry });
+  const { timeouts } = spec;
+  return {
+    buildEnvironment: proxy(timeouts.build, retried).buildEnvironment,
+    startEnvironment: proxy(timeouts.start, retried).startEnvironment,
+    installAgent: proxy(timeouts.install, once).installAgent,
+    executeAgent: proxy(timeouts.execute, once).executeAgent,
+    runVerifier: proxy(timeouts.verify, retried).runVerifier,
+    collectLogs: proxy(timeouts.collect, retried).collectLogs,
+    stopEnvironment: proxy(timeouts.stop, retried).stopEnvironment,
+    cleanupEnvironment: proxy(timeouts.cleanup, retried).cleanupEnvironment,
+  };
+}
+
+/** Writes result.json on the trial's host (where its logs are); any worker of the provider if that host is gone. */
+async function writeResult(spec: TrialSpec, hostQueue: string | null, result: TrialResult): Promise<void> {
+  const options = { startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS, retry: { maximumAttempts: 3 } };
+  if (hostQueue) {
+    const onHost = proxyActivities<ProviderActivities>({
+      ...options,
+      taskQueue: hostQueue,
+      scheduleToStartTimeout: 30_000,
+    });
+    try {
+      return await onHost.writeTrialResult({ spec, result });
+    } catch {
+      // The host is gone: fall through to any worker.
+    }
+  }
+  const anywhere = proxyActivities<JobActivities>({ ...options, taskQueue: JOB_TASK_QUEUE });
+  await anywhere.writeTrialResult({ spec, result });
+}
+
+/** Task outcomes are non-retryable application failures of a known type; everything else is infrastructure. */
+function classify(err: unknown, step: StepName | 'trial'): TrialError {
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (
+    cause instanceof ApplicationFailure &&
+    cause.type &&
+    (TASK_ERROR_TYPES as readonly string[]).includes(cause.type)
+  ) {
+    return { type: cause.type as TrialError['type'], message: cause.message, step };
+  }
+  const message = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
+  return { type: INFRASTRUCTURE_ERROR, message, step };
+}
+
+function describe(result: TrialResult): string {
+  const rewards = result.rewards ? JSON.stringify(result.rewards) : 'none';
+  const error = result.error ? `\n\n**${result.error.type}** (${result.error.step}): ${result.error.message}` : '';
+  return `**${result.trial_name}**: rewards ${rewards}${error}`;
+}
