@@ -20,7 +20,9 @@ export default tseslint.config(
         'error',
         {
           // node:test's describe/it return promises the runner itself awaits.
-          allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'suite'] }],
+          allowForKnownSafeCalls: [
+            { from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'suite'] },
+          ],
         },
       ],
       '@typescript-eslint/consistent-type-imports': 'error',
@@ -36,9 +38,15 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
-          paths: nodeBuiltins.map((name) => ({ name, message: 'Workflow code must be deterministic: no Node built-ins.' })),
+          paths: nodeBuiltins.map((name) => ({
+            name,
+            message: 'Workflow code must be deterministic: no Node built-ins.',
+          })),
           patterns: [
-            { group: ['dockerode', '@kubernetes/*', '@temporalio/client', '@temporalio/worker', '@temporalio/activity'], message: 'Workflow code imports only @temporalio/workflow, type-only activity imports and pure code.' },
+            {
+              group: ['dockerode', '@kubernetes/*', '@temporalio/client', '@temporalio/worker', '@temporalio/activity'],
+              message: 'Workflow code imports only @temporalio/workflow, type-only activity imports and pure code.',
+            },
           ],
         },
       ],

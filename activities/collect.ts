@@ -1,10 +1,10 @@
 import { loadAgentConfig } from '../src/agents/agent';
-import { resolveEnv, secretValues } from '../src/env-vars';
+import { resolveEnvWithSecrets } from '../src/env-vars';
 import { jobFiles } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, log } from './context';
+import { heartbeating, loadTrialTask, log } from './context';
 
 export interface CollectInput {
   spec: TrialSpec;
@@ -19,13 +19,14 @@ export function collectLogs(deps: ActivityDeps) {
   return async function collectLogs({ spec, handle }: CollectInput): Promise<void> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     await heartbeating(() => deps.environment(spec.environmentType).download(handle, '/logs', trialDir));
-    const agent = await loadAgentConfig(spec.jobDir, spec.agentName);
-    let secrets: string[] = [];
-    try {
-      secrets = secretValues(agent.env, resolveEnv(agent.env, process.env));
-    } catch {
-      // Unset variables: the agent never ran with them, so there is nothing to scrub.
-    }
+    const [agent, task] = await Promise.all([loadAgentConfig(spec.jobDir, spec.agentName), loadTrialTask(spec)]);
+    const secrets = [agent.env, task.config.verifier.env, task.config.solution.env].flatMap((env) => {
+      try {
+        return resolveEnvWithSecrets(env, process.env).secrets;
+      } catch {
+        return []; // Unset variables never reached the container: nothing of them to scrub.
+      }
+    });
     const scrubbed = await scrubSecrets(trialDir, secrets);
     await log(spec, 'collect', `logs collected${scrubbed ? `; secrets redacted in ${scrubbed} file(s)` : ''}`);
   };

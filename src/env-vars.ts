@@ -24,25 +24,33 @@ export class MissingEnvironmentVariableError extends Error {
 
 /** Resolves every reference from `source`; throws naming all unset variables that have no default. */
 export function resolveEnv(env: Record<string, string>, source: NodeJS.ProcessEnv): Record<string, string> {
+  return resolveEnvWithSecrets(env, source).resolved;
+}
+
+/**
+ * Like resolveEnv, and also returns the values taken from `source` (defaults are not secrets): what must be scrubbed
+ * from anything written to disk.
+ */
+export function resolveEnvWithSecrets(
+  env: Record<string, string>,
+  source: NodeJS.ProcessEnv
+): { resolved: Record<string, string>; secrets: string[] } {
   const missing = new Set<string>();
+  const secrets = new Set<string>();
   const resolved: Record<string, string> = {};
   for (const [key, value] of Object.entries(env)) {
     resolved[key] = value.replace(REFERENCE, (_whole, name: string, fallback: string | undefined) => {
       const found = source[name];
-      if (found !== undefined && found !== '') return found;
+      if (found !== undefined && found !== '') {
+        // Very short values would redact ordinary text everywhere; they are too weak to be keys anyway.
+        if (found.length >= 4) secrets.add(found);
+        return found;
+      }
       if (fallback !== undefined) return fallback;
       missing.add(name);
       return '';
     });
   }
   if (missing.size > 0) throw new MissingEnvironmentVariableError([...missing].sort());
-  return resolved;
-}
-
-/** The values that came from the worker's environment: what must be scrubbed from anything written to disk. */
-export function secretValues(template: Record<string, string>, resolved: Record<string, string>): string[] {
-  return Object.keys(template)
-    .filter((key) => template[key] !== resolved[key])
-    .map((key) => resolved[key]!)
-    .filter((value) => value.length >= 4);
+  return { resolved, secrets: [...secrets] };
 }

@@ -22,8 +22,8 @@ function positiveInt(value: string): number {
 }
 
 function installRuntime(): void {
-  // Temporal's own logging stays quiet so the CLI's progress and report are readable; warnings still show.
-  const level = (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL ?? 'WARN') as 'WARN';
+  // Temporal's own logging stays quiet so the CLI's progress and report are readable.
+  const level = (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL ?? 'ERROR') as 'ERROR';
   Runtime.install({
     logger: new DefaultLogger(level),
     telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: level }) } },

@@ -91,8 +91,9 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   try {
     final = await handle.result();
   } catch (err) {
-    if (err instanceof WorkflowFailedError)
-      throw new Error(`job ${job.name} failed: ${err.cause?.message ?? err.message}`);
+    if (err instanceof WorkflowFailedError) {
+      throw new Error(`job ${job.name} failed: ${err.cause?.message ?? err.message}`, { cause: err });
+    }
     throw err;
   } finally {
     finished = true;
