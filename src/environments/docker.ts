@@ -1,14 +1,12 @@
 import { createHash } from 'node:crypto';
-import { constants } from 'node:fs';
-import { existsSync } from 'node:fs';
-import { lstat, mkdir, open, rm } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
-import type { Readable } from 'node:stream';
+import { Writable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 import Docker from 'dockerode';
 import tarFs from 'tar-fs';
-import tarStream from 'tar-stream';
 
 import type { EnvironmentHandle } from '../trial/types';
 import type {
@@ -21,18 +19,39 @@ import type {
   StartResult,
 } from './environment';
 import { LABEL_ENV_KEY, LABEL_HOST, LABEL_JOB, LABEL_TRIAL, TaskEnvironmentError } from './environment';
+import { extractArchive } from './host-files';
 
-const OUTPUT_LIMIT = 1024 * 1024;
-const BUILD_OUTPUT_LINES = 40;
 const IMAGE_REPOSITORY = 'rollout-env';
+/** Per stream: an agent printing without end must not exhaust the worker's memory. */
+const OUTPUT_LIMIT = 1024 * 1024;
+/** Lines of build output kept for the error message of a failed build. */
+const BUILD_OUTPUT_LINES = 40;
+const PING_TIMEOUT_MS = 10_000;
+/** The daemon's refusal of --storage-opt size (overlay2 needs xfs with pquota for it). */
+const STORAGE_OPT_UNSUPPORTED = /storage[- ]?opt|quota|backing filesystem/i;
+
+interface BuildInFlight {
+  result: Promise<BuildResult>;
+  signal?: AbortSignal;
+}
+
+/** One line of the JSON stream of a build or a pull. */
+interface ProgressEvent {
+  stream?: string;
+  error?: string;
+  errorDetail?: { message?: string };
+}
 
 /** Trials in containers of the local (or DOCKER_HOST) Docker engine, through its API (dockerode). */
 export class DockerEnvironment implements Environment {
   readonly type = 'docker';
   private readonly docker: Docker;
   private readonly hostId: string;
-  /** Builds in flight by tag: concurrent trials of one environment wait for one build. */
-  private readonly builds = new Map<string, Promise<BuildResult>>();
+  /** Builds in flight by image: concurrent trials of one environment wait for one build. */
+  private readonly builds = new Map<string, BuildInFlight>();
+  /** Shell of each container: bash when its image has it, else sh. */
+  private readonly shells = new Map<string, string>();
+  private hostCpus: number | undefined;
 
   constructor(options: { hostId: string; docker?: Docker }) {
     this.docker = options.docker ?? new Docker();
@@ -41,54 +60,65 @@ export class DockerEnvironment implements Environment {
 
   async ping(): Promise<void> {
     try {
-      await this.docker.ping();
+      await abortable(this.docker.ping() as Promise<unknown>, AbortSignal.timeout(PING_TIMEOUT_MS));
     } catch (err) {
-      const where = process.env.DOCKER_HOST ?? '/var/run/docker.sock';
-      throw new Error(`Docker daemon unreachable at ${where}: ${firstLine(err)}`, { cause: err });
+      throw new Error(`Docker daemon unreachable at ${this.daemonAddress()}: ${firstLine(err)}`, { cause: err });
     }
   }
 
-  build(request: BuildRequest): Promise<BuildResult> {
-    const key =
-      request.dockerImage && !existsSync(path.join(request.contextDir, 'Dockerfile'))
-        ? request.dockerImage
-        : imageTag(request.envKey);
-    let build = this.builds.get(key);
-    if (!build) {
-      build = this.buildOnce(request).finally(() => this.builds.delete(key));
-      this.builds.set(key, build);
-    }
-    return build;
+  private daemonAddress(): string {
+    // The modem keeps its constructor options as fields; the typings do not declare them.
+    const { socketPath, host, port, protocol } = this.docker.modem as unknown as Docker.DockerOptions;
+    if (host) return `${protocol ?? 'http'}://${host}${port ? `:${port}` : ''}`;
+    return typeof socketPath === 'string' ? socketPath : '/var/run/docker.sock';
   }
 
-  private async buildOnce(request: BuildRequest): Promise<BuildResult> {
-    const hasDockerfile = existsSync(path.join(request.contextDir, 'Dockerfile'));
-    if (request.dockerImage && (!request.force || !hasDockerfile)) {
-      if (await this.imageLabels(request.dockerImage)) return { image: request.dockerImage, built: false };
-      if (!hasDockerfile) {
-        await this.pull(request.dockerImage);
-        return { image: request.dockerImage, built: false };
+  async build(request: BuildRequest): Promise<BuildResult> {
+    const hasDockerfile = await isFile(path.join(request.contextDir, 'Dockerfile'));
+    const key = request.dockerImage && !hasDockerfile ? request.dockerImage : imageTag(request.envKey);
+    for (;;) {
+      const inFlight = this.builds.get(key);
+      if (!inFlight) {
+        const result = this.resolveImage(request, hasDockerfile).finally(() => this.builds.delete(key));
+        this.builds.set(key, { result, signal: request.signal });
+        return result;
+      }
+      try {
+        return await abortable(inFlight.result, request.signal);
+      } catch (err) {
+        // Another trial's build was cancelled: that says nothing about this one, which builds itself.
+        if (inFlight.signal?.aborted && !request.signal?.aborted) continue;
+        throw err;
       }
     }
+  }
+
+  private async resolveImage(request: BuildRequest, hasDockerfile: boolean): Promise<BuildResult> {
+    const { dockerImage } = request;
+    if (dockerImage && (!request.force || !hasDockerfile) && (await this.imageLabels(dockerImage))) {
+      return { image: dockerImage, built: false };
+    }
+    if (dockerImage && !hasDockerfile) {
+      await this.pull(dockerImage, request);
+      return { image: dockerImage, built: false };
+    }
     if (!hasDockerfile) {
-      throw new TaskEnvironmentError('EnvironmentBuildError', `${request.contextDir}/Dockerfile: missing`);
+      throw new TaskEnvironmentError(
+        'EnvironmentBuildError',
+        `${path.join(request.contextDir, 'Dockerfile')}: missing, and the task sets no environment.docker_image`
+      );
     }
     const tag = imageTag(request.envKey);
     const labels = await this.imageLabels(tag);
-    // force_build rebuilds once per job: an image this job already built is fresh enough.
+    // force_build rebuilds once per job, not once per trial: an image this job built is fresh enough.
     if (labels && (!request.force || labels[LABEL_JOB] === request.jobName)) return { image: tag, built: true };
+    await this.buildImage(request, tag);
+    return { image: tag, built: true };
+  }
 
-    const timeout = AbortSignal.timeout(request.timeoutMs);
-    const signal = request.signal ? AbortSignal.any([request.signal, timeout]) : timeout;
-    const output: string[] = [];
-    const record = (text: string) => {
-      for (const line of text.split('\n')) {
-        if (!line.trim()) continue;
-        output.push(line);
-        if (output.length > BUILD_OUTPUT_LINES) output.shift();
-        request.onOutput?.(line);
-      }
-    };
+  private async buildImage(request: BuildRequest, tag: string): Promise<void> {
+    const { signal, timeout } = stepSignal(request);
+    const output = new LineTail(BUILD_OUTPUT_LINES, request.onOutput);
     let failure: string | undefined;
     try {
       const stream = await this.docker.buildImage(packed(request.contextDir), {
@@ -96,44 +126,45 @@ export class DockerEnvironment implements Environment {
         labels: { [LABEL_JOB]: request.jobName, [LABEL_ENV_KEY]: request.envKey },
         forcerm: true,
         abortSignal: signal,
-      } as Docker.ImageBuildOptions);
-      await new Promise<void>((resolve, reject) => {
-        this.docker.modem.followProgress(
-          stream,
-          (err) => (err ? reject(err) : resolve()),
-          (event: { stream?: string; error?: string; errorDetail?: { message?: string } }) => {
-            if (event.stream) record(event.stream);
-            if (event.error) failure = event.errorDetail?.message ?? event.error;
-          }
-        );
+      });
+      await readJsonLines(stream, (event) => {
+        if (event.stream) output.add(event.stream);
+        if (event.error) failure = event.errorDetail?.message ?? event.error;
       });
     } catch (err) {
-      if (timeout.aborted) {
-        throw new TaskEnvironmentError(
-          'EnvironmentBuildError',
-          `build exceeded ${request.timeoutMs / 1000} s\n${output.join('\n')}`
-        );
-      }
-      throw err;
+      if (!signal.aborted) throw err; // The daemon or the connection failed: an infrastructure error.
     }
-    if (failure) throw new TaskEnvironmentError('EnvironmentBuildError', `${output.join('\n')}\n${failure}`.trim());
-    return { image: tag, built: true };
-  }
-
-  private async pull(image: string): Promise<void> {
-    try {
-      const stream = await this.docker.pull(image);
-      await new Promise<void>((resolve, reject) =>
-        this.docker.modem.followProgress(stream, (err) => (err ? reject(err) : resolve()))
-      );
-    } catch (err) {
+    request.signal?.throwIfAborted();
+    if (timeout.aborted) {
       throw new TaskEnvironmentError(
         'EnvironmentBuildError',
-        `docker_image ${image} is not on this host and could not be pulled: ${firstLine(err)}`
+        `build exceeded ${request.timeoutMs / 1000} s\n${output.text()}`.trim()
+      );
+    }
+    if (failure) throw new TaskEnvironmentError('EnvironmentBuildError', `${output.text()}\n${failure}`.trim());
+  }
+
+  private async pull(image: string, request: BuildRequest): Promise<void> {
+    const { signal, timeout } = stepSignal(request);
+    let failure: string | undefined;
+    try {
+      const stream = await this.docker.pull(image, { abortSignal: signal });
+      await readJsonLines(stream, (event) => {
+        if (event.error) failure = event.errorDetail?.message ?? event.error;
+      });
+    } catch (err) {
+      request.signal?.throwIfAborted();
+      failure = timeout.aborted ? `pull exceeded ${request.timeoutMs / 1000} s` : firstLine(err);
+    }
+    if (failure) {
+      throw new TaskEnvironmentError(
+        'EnvironmentBuildError',
+        `docker_image ${image} is not on this host and could not be pulled: ${failure}`
       );
     }
   }
 
+  /** The image's labels, or undefined when the image is not on this host. */
   private async imageLabels(image: string): Promise<Record<string, string> | undefined> {
     try {
       const info = await this.docker.getImage(image).inspect();
@@ -145,153 +176,166 @@ export class DockerEnvironment implements Environment {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
-    await this.removeTrial(request.trialId);
-    const image = await this.docker.getImage(request.image).inspect();
-    const workdir = request.workdir ?? (image.Config?.WorkingDir || '/');
+    await this.removeTrial(request.trialId); // a container of an earlier, crashed attempt
+    const workdir = request.workdir ?? (await this.imageWorkdir(request.image));
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId),
       Image: request.image,
-      // PID 1 only keeps the container alive; killing every other process (agent timeout) leaves it standing.
+      // PID 1 only keeps the container alive, so killing every other process (a timeout) leaves it standing. No init:
+      // it would be PID 1 and its child `sleep` would die with the rest.
       Entrypoint: ['sleep', 'infinity'],
       Cmd: [],
       WorkingDir: workdir,
-      Env: Object.entries(request.env).map(([key, value]) => `${key}=${value}`),
+      Env: envList(request.env),
       Labels: {
         [LABEL_JOB]: request.jobName,
         [LABEL_TRIAL]: request.trialId,
         [LABEL_HOST]: request.hostId || this.hostId,
       },
       HostConfig: {
-        NanoCpus: Math.round(request.resources.cpus * 1e9),
+        NanoCpus: await this.nanoCpus(request.resources.cpus),
         Memory: Math.round(request.resources.memoryBytes),
-        MemorySwap: Math.round(request.resources.memoryBytes),
+        MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
       },
     };
-    const unenforced: string[] = [];
-    let container: Docker.Container;
-    try {
-      container = await this.docker.createContainer({
-        ...options,
-        HostConfig: { ...options.HostConfig, StorageOpt: { size: `${Math.round(request.resources.storageBytes)}` } },
-      });
-    } catch (err) {
-      // Most storage drivers (overlay2 without project quotas) cannot limit a container's disk.
-      if (!/storage ?opt|quota|backing filesystem/i.test(firstLine(err))) throw err;
-      unenforced.push('storage');
-      container = await this.docker.createContainer(options);
-    }
-    await container.start();
+    const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
+    await startContainer(container);
     const handle = { id: container.id, workdir };
-    const prepared = await this.exec(handle, { command: 'mkdir -p /logs/agent /logs/verifier', user: '0' });
-    if (prepared.exitCode !== 0) {
-      throw new TaskEnvironmentError(
-        'EnvironmentStartError',
-        `could not create /logs in the container: ${prepared.stderr.trim()}`
-      );
-    }
+    await this.makeLogFolders(handle);
     return { handle, unenforced };
   }
 
+  private async imageWorkdir(image: string): Promise<string> {
+    const info = await this.docker.getImage(image).inspect();
+    return info.Config?.WorkingDir || '/';
+  }
+
+  /** Docker refuses a limit above the host's CPU count; a task asking for more gets all of them. */
+  private async nanoCpus(cpus: number): Promise<number> {
+    this.hostCpus ??= ((await this.docker.info()) as { NCPU: number }).NCPU;
+    return Math.round(Math.min(cpus, this.hostCpus) * 1e9);
+  }
+
+  private async createContainer(
+    options: Docker.ContainerCreateOptions,
+    storageBytes: number
+  ): Promise<{ container: Docker.Container; unenforced: string[] }> {
+    if (storageBytes <= 0) return { container: await this.docker.createContainer(options), unenforced: [] };
+    const size = `${Math.round(storageBytes)}`;
+    const withStorage = { ...options, HostConfig: { ...options.HostConfig, StorageOpt: { size } } };
+    try {
+      return { container: await this.docker.createContainer(withStorage), unenforced: [] };
+    } catch (err) {
+      if (!STORAGE_OPT_UNSUPPORTED.test(firstLine(err))) throw err;
+      return { container: await this.docker.createContainer(options), unenforced: ['storage'] };
+    }
+  }
+
+  /** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
+  private async makeLogFolders(handle: EnvironmentHandle): Promise<void> {
+    const command = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';
+    const made = await this.exec(handle, { command, user: '0' });
+    if (made.exitCode !== 0) {
+      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the container: ${made.stderr}`);
+    }
+  }
+
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
-    const container = this.docker.getContainer(handle.id);
-    const exec = await container.exec({
-      Cmd: [
-        '/bin/sh',
-        '-c',
-        `if command -v bash >/dev/null 2>&1; then exec bash -c "$0"; else exec sh -c "$0"; fi`,
-        request.command,
-      ],
-      Env: Object.entries(request.env ?? {}).map(([key, value]) => `${key}=${value}`),
+    request.signal?.throwIfAborted();
+    const shell = await this.shellOf(handle.id);
+    const exec = await this.docker.getContainer(handle.id).exec({
+      Cmd: [shell, '-c', request.command],
+      Env: envList(request.env ?? {}),
       WorkingDir: request.cwd ?? handle.workdir,
       User: request.user,
       AttachStdout: true,
       AttachStderr: true,
     });
     const stream = await exec.start({ hijack: true, stdin: false });
-    const stdout = new TailBuffer();
-    const stderr = new TailBuffer();
-    this.docker.modem.demuxStream(stream, stdout.sink(), stderr.sink());
-    const ended = new Promise<void>((resolve) => {
-      stream.once('end', resolve);
-      stream.once('close', resolve);
-      stream.once('error', () => resolve());
-    });
-
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<'timeout'>((resolve) => {
-      if (request.timeoutMs) timer = setTimeout(() => resolve('timeout'), request.timeoutMs);
-    });
-    const aborted = new Promise<'abort'>((resolve) => {
-      if (request.signal?.aborted) resolve('abort');
-      request.signal?.addEventListener('abort', () => resolve('abort'), { once: true });
-    });
-    try {
-      const outcome = await Promise.race([ended.then(() => 'ended' as const), timedOut, aborted]);
-      if (outcome !== 'ended') {
-        stream.destroy();
-        await this.killAll(handle);
-        if (outcome === 'abort') throw request.signal?.reason ?? new Error('aborted');
-        return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
-      }
-      const info = await exec.inspect();
-      return { exitCode: info.ExitCode ?? null, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
-    } finally {
-      clearTimeout(timer);
+    const stdout = new OutputTail();
+    const stderr = new OutputTail();
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    const outcome = await execOutcome(stream, request.timeoutMs, request.signal);
+    if (outcome === 'ended') {
+      return { exitCode: await exitCodeOf(exec), stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
     }
+    stream.destroy();
+    await this.killAllButInit(handle.id);
+    if (outcome === 'aborted') throw request.signal?.reason;
+    return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
   }
 
-  /** Kills every process in the container but PID 1: whatever an agent started, daemons included. */
-  private async killAll(handle: EnvironmentHandle): Promise<void> {
-    const exec = await this.docker.getContainer(handle.id).exec({
-      Cmd: ['/bin/sh', '-c', 'kill -9 -1 2>/dev/null; true'],
-      User: '0',
+  /** bash when the image has it (checked once per container), else sh. */
+  private async shellOf(containerId: string): Promise<string> {
+    let shell = this.shells.get(containerId);
+    if (!shell) {
+      const probe = await this.run(containerId, ['/bin/sh', '-c', 'test -x /bin/bash']);
+      shell = probe === 0 ? '/bin/bash' : '/bin/sh';
+      this.shells.set(containerId, shell);
+    }
+    return shell;
+  }
+
+  /**
+   * Kills every process in the container but PID 1 (`sleep`): all that a command started, daemons and processes
+   * that left its process group included. As root, so that processes of any user go.
+   */
+  private async killAllButInit(containerId: string): Promise<void> {
+    await this.run(containerId, [await this.shellOf(containerId), '-c', 'kill -9 -1 2>/dev/null'], '0');
+  }
+
+  /** Runs a command of Rollout's own to its end; its output is not needed, only its exit code. */
+  private async run(containerId: string, cmd: string[], user?: string): Promise<number | null> {
+    const exec = await this.docker.getContainer(containerId).exec({
+      Cmd: cmd,
+      User: user,
       AttachStdout: true,
       AttachStderr: true,
     });
     const stream = await exec.start({ hijack: true, stdin: false });
     stream.resume();
-    await new Promise<void>((resolve) => {
-      stream.once('end', resolve);
-      stream.once('close', resolve);
-      stream.once('error', () => resolve());
-    });
+    await execOutcome(stream);
+    return exitCodeOf(exec);
   }
 
   /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
   async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void> {
-    const made = await this.exec(handle, { command: `mkdir -p '${containerPath.replace(/'/g, `'\\''`)}'`, user: '0' });
-    if (made.exitCode !== 0) throw new Error(`mkdir ${containerPath} in the container failed: ${made.stderr.trim()}`);
-    const info = await lstat(hostPath);
-    const archive = info.isDirectory() ? packed(hostPath) : packed(path.dirname(hostPath), [path.basename(hostPath)]);
+    const made = await this.exec(handle, { command: `mkdir -p ${shellQuote(containerPath)}`, user: '0' });
+    if (made.exitCode !== 0) throw new Error(`mkdir -p ${containerPath} failed in the container: ${made.stderr}`);
+    const archive = (await stat(hostPath)).isDirectory()
+      ? packed(hostPath)
+      : packed(path.dirname(hostPath), [path.basename(hostPath)]);
     await this.docker.getContainer(handle.id).putArchive(archive, { path: containerPath });
   }
 
+  /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
   async download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void> {
     let archive: NodeJS.ReadableStream;
     try {
       archive = await this.docker.getContainer(handle.id).getArchive({ path: containerPath });
     } catch (err) {
-      if (statusCode(err) === 404) return;
+      // Nothing at containerPath (the agent wrote no logs) is normal; a missing container is not.
+      if (statusCode(err) === 404 && !/no such container/i.test(daemonMessage(err))) return;
       throw err;
     }
-    await mkdir(hostDir, { recursive: true });
-    await extractSafely(archive as Readable, hostDir);
+    await extractArchive(archive, hostDir);
   }
 
   async stop(handle: EnvironmentHandle): Promise<void> {
     try {
-      // Logs are collected by now and PID 1 (sleep) ignores SIGTERM: no grace period to wait out.
+      // PID 1 (`sleep`, no handler) ignores SIGTERM, so any grace period would only be waited out: kill at once.
       await this.docker.getContainer(handle.id).stop({ t: 0 });
     } catch (err) {
-      if (![304, 404].includes(statusCode(err) ?? 0)) throw err;
+      if (![304, 404].includes(statusCode(err) ?? 0)) throw err; // already stopped, or gone
     }
   }
 
   async remove(handle: EnvironmentHandle): Promise<void> {
+    this.shells.delete(handle.id);
     try {
       await this.docker.getContainer(handle.id).remove({ force: true, v: true });
     } catch (err) {
-      if (![404, 409].includes(statusCode(err) ?? 0)) throw err;
+      if (![404, 409].includes(statusCode(err) ?? 0)) throw err; // gone, or its removal already under way
     }
   }
 
@@ -310,72 +354,153 @@ export class DockerEnvironment implements Environment {
       return true;
     } catch (err) {
       const code = statusCode(err);
+      if (code === 409) return false; // a container still uses it
       if (code === 404) return true;
-      if (code === 409) return false;
       throw err;
     }
   }
 }
 
-/**
- * Extracts a `docker cp`-style archive of one folder into hostDir, dropping the folder's own name. Only regular files
- * and folders are written; links and devices are skipped; an entry that would land outside hostDir is refused; an
- * existing link on the host is replaced, never followed.
- */
-async function extractSafely(archive: Readable, hostDir: string): Promise<void> {
-  const root = path.resolve(hostDir);
-  const extract = tarStream.extract();
-  archive.pipe(extract);
-  for await (const entry of extract) {
-    const { header } = entry;
-    const relative = header.name.split('/').slice(1).join('/');
-    const target = path.resolve(root, relative);
-    const inside = target === root || target.startsWith(root + path.sep);
-    if (!relative || !inside || (header.type !== 'file' && header.type !== 'directory')) {
-      entry.resume();
-      continue;
+export function imageTag(envKey: string): string {
+  return `${IMAGE_REPOSITORY}:${envKey}`;
+}
+
+/** `rollout-<trial name>-<hash of the trial id>`: readable in `docker ps`, unique per trial, a valid name. */
+function containerName(trialName: string, trialId: string): string {
+  const digest = createHash('sha256').update(trialId).digest('hex').slice(0, 8);
+  return `rollout-${trialName.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 40)}-${digest}`;
+}
+
+async function startContainer(container: Docker.Container): Promise<void> {
+  try {
+    await container.start();
+  } catch (err) {
+    // Best effort: the trial's next start removes it by label anyway.
+    await container.remove({ force: true }).catch(() => undefined);
+    // An image without `sleep` (scratch, distroless) cannot host a trial: a problem of the task, not worth a retry.
+    if (/executable file not found|"sleep"/.test(firstLine(err))) {
+      throw new TaskEnvironmentError('EnvironmentStartError', `the image cannot run sleep: ${firstLine(err)}`);
     }
-    if (header.type === 'directory') {
-      await replaceLink(target);
-      await mkdir(target, { recursive: true });
-      entry.resume();
-      continue;
-    }
-    await mkdir(path.dirname(target), { recursive: true });
-    await replaceLink(target);
-    const file = await open(
-      target,
-      constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW,
-      0o644
-    );
-    try {
-      for await (const chunk of entry) await file.write(chunk as Buffer);
-    } finally {
-      await file.close();
-    }
+    throw err;
   }
 }
 
-async function replaceLink(target: string): Promise<void> {
-  const info = await lstat(target).catch(() => undefined);
-  if (info?.isSymbolicLink()) await rm(target);
+/** The time limit and cancellation of a build or pull, as one signal, and the time limit alone. */
+function stepSignal(request: BuildRequest): { signal: AbortSignal; timeout: AbortSignal } {
+  const timeout = AbortSignal.timeout(request.timeoutMs);
+  return { signal: request.signal ? AbortSignal.any([request.signal, timeout]) : timeout, timeout };
 }
 
-/** Keeps the last OUTPUT_LIMIT bytes of a stream. */
-class TailBuffer {
+/** Settles with the promise, or rejects with the signal's reason as soon as it aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    if (signal.aborted) onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    void promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** Calls onEvent with each JSON line of a build or pull stream; resolves when the daemon ends it. */
+function readJsonLines(stream: NodeJS.ReadableStream, onEvent: (event: ProgressEvent) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const decoder = new StringDecoder('utf8');
+    let pending = '';
+    const parse = (line: string) => {
+      if (!line.trim()) return;
+      let event: ProgressEvent;
+      try {
+        event = JSON.parse(line) as ProgressEvent;
+      } catch {
+        event = { stream: line }; // not JSON: keep it as output rather than lose it
+      }
+      onEvent(event);
+    };
+    stream.on('data', (chunk: Buffer) => {
+      const lines = (pending + decoder.write(chunk)).split('\n');
+      pending = lines.pop() ?? '';
+      lines.forEach(parse);
+    });
+    stream.once('error', reject);
+    stream.once('end', () => {
+      parse(pending + decoder.end());
+      resolve();
+    });
+    stream.once('close', () => reject(new Error('the Docker daemon closed the stream early')));
+  });
+}
+
+/** How an exec's output stream finished: it ended, its time limit passed, or the signal aborted. */
+function execOutcome(
+  stream: NodeJS.ReadableStream,
+  timeoutMs?: number,
+  signal?: AbortSignal
+): Promise<'ended' | 'timedOut' | 'aborted'> {
+  return new Promise((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const settle = (outcome: 'ended' | 'timedOut' | 'aborted' | Error) => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      if (outcome instanceof Error) reject(outcome);
+      else resolve(outcome);
+    };
+    const onAbort = () => settle('aborted');
+    if (timeoutMs) timer = setTimeout(() => settle('timedOut'), timeoutMs);
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    stream.once('end', () => settle('ended'));
+    stream.once('close', () => settle('ended'));
+    stream.once('error', (err: Error) => settle(err));
+  });
+}
+
+/** The exit code once Docker has recorded it: the output stream can end a moment before the exec is marked done. */
+async function exitCodeOf(exec: Docker.Exec): Promise<number | null> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const info = await exec.inspect();
+    if (!info.Running) return info.ExitCode ?? null;
+    await sleep(20);
+  }
+  return null;
+}
+
+/** Keeps the last OUTPUT_LIMIT characters written to it. */
+class OutputTail extends Writable {
+  private readonly decoder = new StringDecoder('utf8');
   private data = '';
 
-  sink(): PassThrough {
-    const sink = new PassThrough();
-    sink.on('data', (chunk: Buffer) => {
-      this.data += chunk.toString();
-      if (this.data.length > OUTPUT_LIMIT) this.data = this.data.slice(-OUTPUT_LIMIT);
-    });
-    return sink;
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: () => void): void {
+    this.data += this.decoder.write(chunk);
+    if (this.data.length > OUTPUT_LIMIT) this.data = this.data.slice(-OUTPUT_LIMIT);
+    done();
   }
 
   text(): string {
     return this.data;
+  }
+}
+
+/** The last lines of build output, each also passed on as it arrives. */
+class LineTail {
+  private readonly lines: string[] = [];
+
+  constructor(
+    private readonly limit: number,
+    private readonly onLine?: (line: string) => void
+  ) {}
+
+  add(text: string): void {
+    for (const line of text.split('\n')) {
+      if (!line.trim()) continue;
+      this.lines.push(line);
+      if (this.lines.length > this.limit) this.lines.shift();
+      this.onLine?.(line);
+    }
+  }
+
+  text(): string {
+    return this.lines.join('\n');
   }
 }
 
@@ -385,17 +510,25 @@ function packed(dir: string, entries?: string[]): NodeJS.ReadableStream {
   return tarFs.pack(dir, entries ? { entries } : undefined) as unknown as NodeJS.ReadableStream;
 }
 
-export function imageTag(envKey: string): string {
-  return `${IMAGE_REPOSITORY}:${envKey}`;
+function envList(env: Record<string, string>): string[] {
+  return Object.entries(env).map(([key, value]) => `${key}=${value}`);
 }
 
-function containerName(trialName: string, trialId: string): string {
-  const digest = createHash('sha256').update(trialId).digest('hex').slice(0, 8);
-  return `rollout-${trialName.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 40)}-${digest}`;
+function shellQuote(text: string): string {
+  return `'${text.replace(/'/g, `'\\''`)}'`;
+}
+
+async function isFile(file: string): Promise<boolean> {
+  return (await stat(file).catch(() => undefined))?.isFile() ?? false;
 }
 
 function statusCode(err: unknown): number | undefined {
-  return (err as { statusCode?: number }).statusCode;
+  return (err as { statusCode?: number } | undefined)?.statusCode;
+}
+
+/** The daemon's own error message (dockerode's message starts with a generic reason for the HTTP status). */
+function daemonMessage(err: unknown): string {
+  return (err as { json?: { message?: string } }).json?.message ?? '';
 }
 
 function firstLine(err: unknown): string {

@@ -13,20 +13,22 @@ export function createEnvironment(type: EnvironmentType, hostId: string): Enviro
 }
 
 /** What each environment type needs in a task's environment/ folder (the spec leaves this to the type). */
-export function environmentRequirement(type: EnvironmentType): EnvironmentRequirement | undefined {
-  return type === 'docker' ? dockerRequirement : undefined;
+export function environmentRequirement(type: EnvironmentType): EnvironmentRequirement {
+  return type === 'docker' ? dockerRequirement : () => Promise.resolve([]);
 }
 
 const dockerRequirement: EnvironmentRequirement = async ({ dir, config }) => {
-  const files = await readdir(path.join(dir, 'environment')).catch(() => [] as string[]);
+  const environmentDir = path.join(dir, 'environment');
+  const files = await readdir(environmentDir).catch(() => [] as string[]);
   if (files.includes('Dockerfile') || config.environment.docker_image) return [];
-  const problem: Problem = files.some((f) => /^(docker-)?compose\.ya?ml$/.test(f))
+  const compose = files.find((name) => /^docker-compose\.ya?ml$/.test(name));
+  const problem: Problem = compose
     ? {
-        file: path.join(dir, 'environment'),
-        message: 'docker-compose environments are not supported yet; provide a Dockerfile',
+        file: path.join(environmentDir, compose),
+        message: 'docker-compose environments are not supported yet (the docker environment builds a Dockerfile)',
       }
     : {
-        file: path.join(dir, 'environment', 'Dockerfile'),
+        file: path.join(environmentDir, 'Dockerfile'),
         message:
           'missing (the docker environment builds environment/Dockerfile, or set environment.docker_image in task.toml)',
       };

@@ -1,19 +1,33 @@
+import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { cp, lstat, mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { copyFile, lstat, mkdir, mkdtemp, readFile, readdir, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import type { EnvironmentHandle } from '../trial/types';
 import type { BuildResult, Environment, ExecRequest, ExecResult, StartRequest, StartResult } from './environment';
+import { makeRealDirectory } from './host-files';
 
+/** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
-/** Container paths that a local environment maps into its root folder. */
-const MAPPED_ROOTS = ['/logs', '/tests', '/oracle', '/installed-agent', '/app'];
-const ROOT_PREFIX = 'rollout-local-';
+/** Container paths a local environment maps into its root folder. */
+const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/installed-agent', '/app'];
+const ROOT_PREFIX = 'rollout-local-env-';
+/** The environment variables of start(), kept in the root for every later exec (as a container keeps its Env). */
+const START_ENV_FILE = 'start-env.json';
+/**
+ * How long an exec waits for its output pipes to close once bash has exited: a process left in the background
+ * holds them open. Docker waits as long before it ends an exec's stream.
+ */
+const PIPE_GRACE_MS = 2000;
 
 /**
  * Runs a trial's steps as host processes in a temporary folder: no isolation, no resource limits. For smoke tests and
- * orchestration benchmarks. Tasks refer to $ROLLOUT_LOGS_DIR, $ROLLOUT_TESTS_DIR, … instead of /logs, /tests, ….
+ * orchestration benchmarks (ExecRequest.user is ignored). Nothing in a command is rewritten: tasks and agents meant for the local environment
+ * refer to $ROLLOUT_LOGS_DIR, $ROLLOUT_TESTS_DIR, $ROLLOUT_ORACLE_DIR, $ROLLOUT_AGENT_DIR and $ROLLOUT_APP_DIR (or
+ * $ROLLOUT_ROOT) instead of /logs, /tests, /oracle, /installed-agent and /app. Rollout's own paths (exec cwd, upload
+ * and download) are mapped by mapContainerPath.
  */
 export class LocalEnvironment implements Environment {
   readonly type = 'local';
@@ -29,59 +43,38 @@ export class LocalEnvironment implements Environment {
   async start(request: StartRequest): Promise<StartResult> {
     const root = await mkdtemp(path.join(tmpdir(), `${ROOT_PREFIX}${trialTag(request.trialId)}-`));
     for (const dir of ['logs/agent', 'logs/verifier', 'app']) await mkdir(path.join(root, dir), { recursive: true });
+    await writeFile(path.join(root, START_ENV_FILE), JSON.stringify(request.env));
     return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced: ['cpus', 'memory', 'storage'] };
   }
 
-  exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
+  async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
+    request.signal?.throwIfAborted();
     const root = handle.id;
-    return new Promise((resolve, reject) => {
-      const child = spawn('bash', ['-c', request.command], {
-        cwd: request.cwd ? mapPath(root, request.cwd) : handle.workdir,
-        env: { ...process.env, ...localVariables(root), ...request.env },
-        detached: true, // its own process group, so a timeout kills everything it started
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let stdout = '';
-      let stderr = '';
-      let timedOut = false;
-      child.stdout.on('data', (chunk: Buffer) => (stdout = keepTail(stdout + chunk.toString())));
-      child.stderr.on('data', (chunk: Buffer) => (stderr = keepTail(stderr + chunk.toString())));
-      const killGroup = () => {
-        try {
-          process.kill(-child.pid!, 'SIGKILL');
-        } catch {
-          // Already gone.
-        }
-      };
-      const timer = request.timeoutMs
-        ? setTimeout(() => {
-            timedOut = true;
-            killGroup();
-          }, request.timeoutMs)
-        : undefined;
-      const onAbort = () => killGroup();
-      request.signal?.addEventListener('abort', onAbort, { once: true });
-      child.once('error', reject);
-      child.once('close', (code) => {
-        clearTimeout(timer);
-        request.signal?.removeEventListener('abort', onAbort);
-        if (request.signal?.aborted)
-          reject(request.signal.reason instanceof Error ? request.signal.reason : new Error('aborted'));
-        else resolve({ exitCode: timedOut ? null : code, stdout, stderr, timedOut });
-      });
+    const startEnv = JSON.parse(await readFile(path.join(root, START_ENV_FILE), 'utf8')) as Record<string, string>;
+    const child = spawn('bash', ['-c', request.command], {
+      cwd: request.cwd ? mapContainerPath(root, request.cwd) : handle.workdir,
+      env: { ...process.env, ...startEnv, ...localVariables(root), ...request.env },
+      detached: true, // its own process group: a timeout kills everything it started
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
+    const stdout = captureTail(child.stdout);
+    const stderr = captureTail(child.stderr);
+    const outcome = await childOutcome(child, request.timeoutMs, request.signal);
+    if (outcome === 'aborted') throw request.signal?.reason;
+    const exitCode = outcome === 'timedOut' ? null : outcome;
+    return { exitCode, stdout: stdout(), stderr: stderr(), timedOut: outcome === 'timedOut' };
   }
 
+  /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
   async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void> {
-    const target = mapPath(handle.id, containerPath);
+    const target = mapContainerPath(handle.id, containerPath);
     await mkdir(target, { recursive: true });
-    const info = await lstat(hostPath);
-    const destination = info.isDirectory() ? target : path.join(target, path.basename(hostPath));
-    await cp(hostPath, destination, { recursive: true, verbatimSymlinks: true });
+    await copyRegular(await realpath(hostPath), target); // Rollout's own path: a link to it is fine
   }
 
   async download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void> {
-    const source = mapPath(handle.id, containerPath);
+    const source = mapContainerPath(handle.id, containerPath);
+    if (!(await lstat(source).catch(() => undefined))) return;
     await mkdir(hostDir, { recursive: true });
     await copyRegular(source, hostDir);
   }
@@ -106,10 +99,14 @@ export class LocalEnvironment implements Environment {
   }
 }
 
-/** Where a container path lives under a local environment's root; other paths are the host's own. */
-export function mapPath(root: string, containerPath: string): string {
-  const mapped = MAPPED_ROOTS.find((prefix) => containerPath === prefix || containerPath.startsWith(`${prefix}/`));
-  return mapped ? path.join(root, containerPath) : containerPath;
+/**
+ * Where a container path lives on the host for a local environment rooted at `root`: /logs, /tests, /oracle,
+ * /installed-agent and /app (and paths below them) map to the same path under root; other paths are the host's own.
+ */
+export function mapContainerPath(root: string, containerPath: string): string {
+  const normalised = path.posix.normalize(containerPath);
+  const mapped = MAPPED_PATHS.some((prefix) => normalised === prefix || normalised.startsWith(`${prefix}/`));
+  return mapped ? path.join(root, normalised) : containerPath;
 }
 
 function localVariables(root: string): Record<string, string> {
@@ -119,29 +116,96 @@ function localVariables(root: string): Record<string, string> {
     ROLLOUT_TESTS_DIR: path.join(root, 'tests'),
     ROLLOUT_ORACLE_DIR: path.join(root, 'oracle'),
     ROLLOUT_AGENT_DIR: path.join(root, 'installed-agent'),
+    ROLLOUT_APP_DIR: path.join(root, 'app'),
   };
 }
 
-/** Copies regular files and folders only: links are skipped, so nothing outside the source is read or written. */
+/**
+ * How a child finished: its exit code (null when killed by a signal), or its time limit passed or the signal aborted
+ * (its whole process group is killed first).
+ */
+function childOutcome(
+  child: ChildProcess,
+  timeoutMs?: number,
+  signal?: AbortSignal
+): Promise<number | null | 'timedOut' | 'aborted'> {
+  return new Promise((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    let graceTimer: NodeJS.Timeout | undefined;
+    let stopped: 'timedOut' | 'aborted' | undefined;
+    const stop = (reason: 'timedOut' | 'aborted') => {
+      stopped = reason;
+      killGroup(child);
+    };
+    const onAbort = () => stop('aborted');
+    if (timeoutMs) timer = setTimeout(() => stop('timedOut'), timeoutMs);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      reject(err);
+    });
+    // Output pipes held open by a background process must not keep the exec waiting for ever.
+    child.once('exit', () => {
+      graceTimer = setTimeout(() => [child.stdout, child.stderr].forEach((pipe) => pipe?.destroy()), PIPE_GRACE_MS);
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      signal?.removeEventListener('abort', onAbort);
+      resolve(stopped ?? code);
+    });
+  });
+}
+
+function killGroup(child: ChildProcess): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, 'SIGKILL');
+  } catch {
+    // The group is already gone.
+  }
+}
+
+/** Collects the last OUTPUT_LIMIT characters of a pipe; call the result for the text. */
+function captureTail(pipe: NodeJS.ReadableStream): () => string {
+  let text = '';
+  pipe.setEncoding('utf8');
+  pipe.on('data', (chunk: string) => {
+    text += chunk;
+    if (text.length > OUTPUT_LIMIT) text = text.slice(-OUTPUT_LIMIT);
+  });
+  return () => text;
+}
+
+/**
+ * Copies a file (as target/<its name>) or a folder's contents into target. As with a container's files, only regular
+ * files and folders are copied and links on either side are never followed, so nothing lands outside target.
+ */
 async function copyRegular(source: string, target: string): Promise<void> {
-  const entries = await readdir(source, { withFileTypes: true }).catch(() => []);
-  for (const entry of entries) {
-    const from = path.join(source, entry.name);
+  const info = await lstat(source);
+  if (info.isFile()) await copyFresh(source, path.join(target, path.basename(source)));
+  else if (info.isDirectory()) await copyFolder(source, target);
+}
+
+async function copyFolder(source: string, target: string): Promise<void> {
+  for (const entry of await readdir(source, { withFileTypes: true })) {
     const to = path.join(target, entry.name);
     if (entry.isDirectory()) {
-      await mkdir(to, { recursive: true });
-      await copyRegular(from, to);
+      await makeRealDirectory(target, to);
+      await copyFolder(path.join(source, entry.name), to);
     } else if (entry.isFile()) {
-      await rm(to, { force: true });
-      await cp(from, to);
+      await copyFresh(path.join(source, entry.name), to);
     }
   }
 }
 
-function trialTag(trialId: string): string {
-  return trialId.replace(/[^A-Za-z0-9._-]/g, '_').slice(-80);
+/** A new file at `to` (whatever was there removed first), with the source's mode; an existing link is not followed. */
+async function copyFresh(from: string, to: string): Promise<void> {
+  await rm(to, { recursive: true, force: true });
+  await copyFile(from, to, constants.COPYFILE_EXCL);
 }
 
-function keepTail(text: string): string {
-  return text.length > OUTPUT_LIMIT ? text.slice(-OUTPUT_LIMIT) : text;
+function trialTag(trialId: string): string {
+  return trialId.replace(/[^A-Za-z0-9._-]/g, '_').slice(-80);
 }

@@ -1,0 +1,85 @@
+/**
+ * Writing files that come out of an environment onto the host. Their contents are the agent's to choose, so only
+ * regular files and folders are written, nothing lands outside the target folder, and no link on the host is followed.
+ */
+import { constants } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
+import { lstat, mkdir, open, rm } from 'node:fs/promises';
+import path from 'node:path';
+
+import tarStream from 'tar-stream';
+
+/** `root/relative` when it stays inside root (root itself included); undefined for `../` escapes. */
+export function resolveInside(root: string, relative: string): string | undefined {
+  const target = path.resolve(root, relative);
+  const fromRoot = path.relative(root, target);
+  const escapes = fromRoot === '..' || fromRoot.startsWith(`..${path.sep}`) || path.isAbsolute(fromRoot);
+  return escapes ? undefined : target;
+}
+
+/**
+ * Makes every folder from root down to `dir` (inside root) a real folder: a link or file in the way is removed, not
+ * followed, so a later write below it cannot be redirected elsewhere on the host.
+ */
+export async function makeRealDirectory(root: string, dir: string): Promise<void> {
+  let current = root;
+  for (const part of path.relative(root, dir).split(path.sep).filter(Boolean)) {
+    current = path.join(current, part);
+    const info = await lstat(current).catch(() => undefined);
+    if (info?.isDirectory()) continue;
+    if (info) await rm(current, { recursive: true, force: true });
+    await mkdir(current);
+  }
+}
+
+/**
+ * Opens `file` as a new regular file. Whatever was there is removed first and the open refuses links and existing
+ * paths, so the write can reach neither a link's target nor another name of a hard-linked file.
+ */
+export async function openFreshFile(file: string, mode = 0o644): Promise<FileHandle> {
+  await rm(file, { recursive: true, force: true });
+  return open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+}
+
+/**
+ * Extracts a `docker cp`-style archive of `containerPath` into hostDir (created if missing). Entries start with
+ * containerPath's own name, which is dropped: a folder's contents land in hostDir itself, a lone file as
+ * hostDir/<its name>. Links, devices and entries that would land outside hostDir are skipped.
+ */
+export async function extractArchive(archive: NodeJS.ReadableStream, hostDir: string): Promise<void> {
+  const root = path.resolve(hostDir);
+  await mkdir(root, { recursive: true });
+  const extract = tarStream.extract();
+  archive.once('error', (err: Error) => extract.destroy(err));
+  archive.pipe(extract);
+  for await (const entry of extract) {
+    const relative = entryPath(entry.header);
+    const target = relative === undefined ? undefined : resolveInside(root, relative);
+    if (target === undefined || target === root) {
+      entry.resume();
+    } else if (entry.header.type === 'directory') {
+      await makeRealDirectory(root, target);
+      entry.resume();
+    } else {
+      await makeRealDirectory(root, path.dirname(target));
+      await writeEntry(entry, target);
+    }
+  }
+}
+
+/** Where an archive entry goes below hostDir, or undefined when it is not written at all. */
+function entryPath(header: tarStream.Header): string | undefined {
+  if (header.type !== 'file' && header.type !== 'directory') return undefined;
+  const parts = header.name.split('/').filter((part) => part !== '' && part !== '.');
+  if (parts.length > 1) return parts.slice(1).join('/');
+  return header.type === 'file' ? parts[0] : undefined;
+}
+
+async function writeEntry(entry: AsyncIterable<unknown>, target: string): Promise<void> {
+  const file = await openFreshFile(target);
+  try {
+    for await (const chunk of entry) await file.write(chunk as Buffer);
+  } finally {
+    await file.close();
+  }
+}
