@@ -3,7 +3,7 @@
 // Temporal dev server on 2 cores), then stops the test dev server. `npm test -- <filter>` runs matching files only.
 'use strict';
 const { spawnSync } = require('node:child_process');
-const { readdirSync } = require('node:fs');
+const { readdirSync, rmSync } = require('node:fs');
 const path = require('node:path');
 
 const root = path.join(__dirname, '..');
@@ -18,9 +18,14 @@ if (files.length === 0) {
   console.error(`no test files match ${filters.join(' ')}`);
   process.exit(1);
 }
+// A fresh Temporal database each run: results do not depend on what earlier runs left in it.
+const stopServer = () =>
+  spawnSync(process.execPath, [path.join(testDir, 'support', 'stop-server.js')], { cwd: root, stdio: 'inherit' });
+stopServer();
+rmSync(path.join(root, '.rollout-test'), { recursive: true, force: true });
 const run = spawnSync(process.execPath, ['--test', '--test-concurrency=1', '--test-reporter=spec', ...files], {
   cwd: root,
   stdio: 'inherit',
 });
-spawnSync(process.execPath, [path.join(testDir, 'support', 'stop-server.js')], { cwd: root, stdio: 'inherit' });
+stopServer();
 process.exit(run.status ?? 1);

@@ -18,6 +18,7 @@ import { ensureDevServer, stopDevServer } from '../src/temporal/dev-server';
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli, workspace } from './support/cli';
+import { runningTrialSteps } from '../src/cli/inspect';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { TEST_SERVER, testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
@@ -87,8 +88,9 @@ describe('durability', () => {
   it('finishes a job after SIGKILL of the CLI: finished trials untouched, in-flight ones restarted cleanly', async () => {
     const { dir, name, jobDir } = await slowJob(6, 2);
     const first = startCli(['job.yaml'], { cwd: dir });
-    await waitFor('two finished trials and one running container', async () => {
-      return (await results(jobDir)).size >= 2 && (await containersOfJob(name)).some((c) => c.State === 'running');
+    await waitFor('two finished trials and one agent running', async () => {
+      if ((await results(jobDir)).size < 2) return false;
+      return (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute');
     });
     const before = await results(jobDir);
     first.kill('SIGKILL');
@@ -137,7 +139,9 @@ describe('durability', () => {
   it('completes a job across a restart of the Docker daemon: affected steps retry as infrastructure errors', async () => {
     const { dir, name, jobDir } = await slowJob(4, 2);
     const cli = startCli(['job.yaml'], { cwd: dir });
-    await waitFor('a running agent', async () => (await containersOfJob(name)).some((c) => c.State === 'running'));
+    await waitFor('a running agent', async () =>
+      (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute')
+    );
     await restartDockerDaemon();
     const run = await cli.output;
     assert.equal(run.code, 0, run.stderr);

@@ -3,6 +3,7 @@
  * files, metrics and that nothing is left behind.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -16,7 +17,8 @@ import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
 import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
 import { recordHistory } from './support/histories';
-import { testTemporal } from './support/temporal';
+import { TEST_ADDRESS, testTemporal } from './support/temporal';
+import { findTemporalCli } from '../src/temporal/dev-server';
 
 const jobName = `examples-${randomBytes(3).toString('hex')}`;
 let dir: string;
@@ -102,6 +104,45 @@ describe('examples/job.yaml end to end', () => {
     };
     assert.equal(config.agents[1]?.env.GREETING, '${GREETING:-Hello, world!}');
     assert.ok((await stat(path.join(jobDir(), 'plan.jsonl'))).size > 0);
+  });
+
+  it('makes the trials findable by search attributes (Temporal UI, `temporal workflow list --query`)', () => {
+    const list = (query: string) =>
+      JSON.parse(
+        execFileSync(
+          findTemporalCli(),
+          ['workflow', 'list', '--address', TEST_ADDRESS, '--query', query, '-o', 'json'],
+          {
+            encoding: 'utf8',
+          }
+        ) || '[]'
+      ) as { execution: { workflowId: string } }[];
+    assert.equal(list(`RolloutJob = "${jobName}" AND WorkflowType = "trialWorkflow"`).length, 6);
+    assert.equal(
+      list(`RolloutJob = "${jobName}" AND RolloutAgent = "oracle" AND RolloutStatus = "completed"`).length,
+      3
+    );
+    const perfect = list(`RolloutJob = "${jobName}" AND RolloutReward = 1`)
+      .map((w) => w.execution.workflowId)
+      .sort();
+    // The primary reward is "reward", else the first key: word-count's is "lines".
+    assert.deepEqual(perfect, [
+      `${jobName}/hello-world__greeter__1`,
+      `${jobName}/hello-world__oracle__1`,
+      `${jobName}/word-count__oracle__1`,
+    ]);
+    assert.equal(list(`RolloutJob = "${jobName}" AND WorkflowType = "jobWorkflow"`).length, 1);
+  });
+
+  it('reports the finished job with `rollout status` and lists it with `rollout jobs`', async () => {
+    const status = await runCli(['status', jobName], { cwd: dir });
+    assert.equal(status.code, 0, status.stderr);
+    assert.match(status.stdout, new RegExp(`job ${jobName}: completed · 6/6 finished · 0 running · 6 completed`));
+    const jobs = await runCli(['jobs'], { cwd: dir });
+    assert.match(jobs.stdout, new RegExp(`^${jobName}\tCOMPLETED\t`, 'm'));
+    const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /no-such-job: no such job/);
   });
 
   it('leaves no containers and, with delete: true, no images of the job', async () => {

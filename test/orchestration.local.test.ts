@@ -14,7 +14,10 @@ import type { NativeConnection, Worker } from '@temporalio/worker';
 import { jobFiles } from '../src/results/files';
 import type { TrialResult } from '../src/results/trial-result';
 import { localWorkers, runHistoryLengths, submitJob, writeLocalJob } from './support/local-job';
-import { testTemporal } from './support/temporal';
+import { REPO_ROOT, testTemporal } from './support/temporal';
+import { startCli } from './support/cli';
+import { waitFor } from './support/wait';
+import { trialStateQuery } from '../workflows/messages';
 
 let client: Client;
 let connection: Connection;
@@ -95,6 +98,53 @@ describe('orchestration on the local environment', () => {
       ).map((r) => r.host)
     );
     assert.deepEqual([...hosts].sort(), [`rollout-local@alpha-${name}`, `rollout-local@beta-${name}`]);
+  });
+
+  it('restarts a trial on another host when its host dies, after a bounded wait', async () => {
+    const name = `lost-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({
+      name,
+      attempts: 4,
+      concurrency: 4,
+      execute: 'sleep 6 && echo ok > answer.txt',
+    });
+    await startWorkers(`alpha-${name}`, 2, true);
+    const beta = startCli(
+      ['worker', '--env', 'local', '--host-id', `beta-${name}`, '--no-workflows', '--max-trials', '2'],
+      {
+        cwd: REPO_ROOT,
+      }
+    );
+    const { handle, plan } = await submitJob(client, jobFile, { hostLostTimeoutSec: 3 });
+    const betaQueue = `rollout-local@beta-${name}`;
+    await waitFor('a trial executing on beta', async () => {
+      for (const { spec } of plan.trials) {
+        const state = await client.workflow
+          .getHandle(spec.trialId)
+          .query(trialStateQuery)
+          .catch(() => undefined);
+        if (state?.hostQueue === betaQueue && state.step === 'execute') return true;
+      }
+      return false;
+    });
+    beta.kill('SIGKILL');
+    await beta.output;
+    const final = await handle.result();
+    await stopWorkers();
+
+    assert.equal(final.completed, 4, JSON.stringify(final.errorsByType));
+    const results = await trialResults(
+      plan.jobDir,
+      plan.trials.map((t) => t.spec.trialName)
+    );
+    assert.ok(
+      results.every((r) => r.host === `rollout-local@alpha-${name}`),
+      'every trial finished on alpha'
+    );
+    assert.ok(
+      results.some((r) => r.restarts > 0),
+      'the trials of the dead host restarted'
+    );
   });
 
   it('attaches to a running job instead of starting a duplicate', async () => {

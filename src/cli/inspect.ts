@@ -27,9 +27,14 @@ export interface RunningTrialStep {
   attempt: number;
 }
 
-/** Live progress from the Job workflow's query (needs a worker); undefined when none answers in time. */
+/**
+ * A job's progress: its result once the Job workflow completed, else live from its query (which needs a worker);
+ * undefined when no worker answers in time.
+ */
 export async function queryProgress(client: Client, jobName: string): Promise<JobProgress | undefined> {
-  const handle = client.workflow.getHandle(jobWorkflowId(jobName));
+  const handle = client.workflow.getHandle<(input: unknown) => Promise<JobProgress>>(jobWorkflowId(jobName));
+  const { status } = await handle.describe();
+  if (status.name === 'COMPLETED') return handle.result();
   const timeout = new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), QUERY_TIMEOUT_MS).unref());
   return Promise.race([handle.query(jobProgressQuery).catch(() => undefined), timeout]);
 }

@@ -7,7 +7,7 @@ import { ENVIRONMENT_TYPES } from '../job/schema';
 import type { EnvironmentType } from '../job/schema';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
-import { listJobs, queryProgress, runningTrialSteps } from './inspect';
+import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
 import { cancelJob, resumeJob, runJobFile } from './run';
 
@@ -121,6 +121,8 @@ export function buildProgram(): Command {
       const endpoint = await resolveTemporal({ startDevServer: false });
       const { connection, client } = await connectClient(endpoint);
       try {
+        if (!(await jobExists(client, job)))
+          throw new InputError([{ file: job, message: 'no such job on this Temporal server' }]);
         const progress = await queryProgress(client, job);
         if (!progress) {
           console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);

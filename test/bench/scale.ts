@@ -4,18 +4,35 @@
  * the Job continued-as-new. Runs against the tests' Temporal dev server.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 
-import { Runtime, DefaultLogger } from '@temporalio/worker';
+import { ensureDevServer, stopDevServer } from '../../src/temporal/dev-server';
 
 import { localWorkers, runHistoryLengths, submitJob, writeLocalJob } from '../support/local-job';
-import { testTemporal } from '../support/temporal';
+import { connectClient, ensureSearchAttributes } from '../../src/temporal/connect';
+import '../support/temporal'; // quiet worker logs
 
 export async function scaleBenchmark(trials: number): Promise<void> {
-  Runtime.install({ logger: new DefaultLogger('WARN') });
-  const { client, connection } = await testTemporal();
+  // A fresh server of its own, so figures do not depend on what earlier runs left in a database.
+  const server = {
+    stateDir: await mkdtemp(path.join(tmpdir(), 'rollout-bench-')),
+    ip: '127.0.0.1',
+    port: 17900,
+    uiPort: 18900,
+  };
+  await ensureDevServer(server);
+  const address = `${server.ip}:${server.port}`;
+  const { client, connection } = await connectClient({ address, namespace: 'default', uiUrl: null });
+  await ensureSearchAttributes(connection, 'default');
   const name = `scale-${randomBytes(3).toString('hex')}`;
   const jobFile = await writeLocalJob({ name, attempts: trials, concurrency: 64 });
-  const { connection: workerConnection, workers } = await localWorkers({ hostId: `bench-${name}`, maxTrials: 64 });
+  const { connection: workerConnection, workers } = await localWorkers({
+    hostId: `bench-${name}`,
+    maxTrials: 64,
+    address,
+  });
   const running = Promise.all(workers.map((w) => w.run()));
 
   const rss: number[] = [process.memoryUsage().rss];
@@ -38,6 +55,7 @@ export async function scaleBenchmark(trials: number): Promise<void> {
 
   const histories = await runHistoryLengths(client, `rollout-job/${name}`);
   await connection.close();
+  await stopDevServer(server);
   const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
   const quarter = Math.max(1, Math.floor(rss.length / 4));
   console.log(

@@ -17,7 +17,12 @@ import { planJob } from '../../src/job/plan';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../../src/job/submit';
 import { TEST_ADDRESS } from './temporal';
 
-export async function writeLocalJob(options: { name: string; attempts: number; concurrency: number }): Promise<string> {
+export async function writeLocalJob(options: {
+  name: string;
+  attempts: number;
+  concurrency: number;
+  execute?: string;
+}): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-local-'));
   const task = path.join(dir, 'tasks', 'trivial');
   await mkdir(path.join(task, 'tests'), { recursive: true });
@@ -41,7 +46,7 @@ export async function writeLocalJob(options: { name: string; attempts: number; c
       '  type: local',
       'agents:',
       '  - name: echo',
-      '    execute: echo ok > answer.txt',
+      `    execute: ${options.execute ?? 'echo ok > answer.txt'}`,
       'datasets:',
       '  - path: tasks',
       '',
@@ -50,8 +55,13 @@ export async function writeLocalJob(options: { name: string; attempts: number; c
   return path.join(dir, 'job.yaml');
 }
 
-export async function localWorkers(options: { hostId: string; maxTrials: number; serveWorkflows?: boolean }) {
-  const connection = await NativeConnection.connect({ address: TEST_ADDRESS });
+export async function localWorkers(options: {
+  hostId: string;
+  maxTrials: number;
+  serveWorkflows?: boolean;
+  address?: string;
+}) {
+  const connection = await NativeConnection.connect({ address: options.address ?? TEST_ADDRESS });
   const workers: Worker[] = await createWorkers({
     connection,
     namespace: 'default',
@@ -64,9 +74,13 @@ export async function localWorkers(options: { hostId: string; maxTrials: number;
 }
 
 /** Plans and starts the job in jobFile; returns its handle and folder. */
-export async function submitJob(client: Client, jobFile: string, options: { maxHistoryEvents?: number } = {}) {
+export async function submitJob(
+  client: Client,
+  jobFile: string,
+  options: { maxHistoryEvents?: number; hostLostTimeoutSec?: number } = {}
+) {
   const job = await loadJobFile(jobFile);
-  const plan = await planJob(job);
+  const plan = await planJob(job, { hostLostTimeoutSec: options.hostLostTimeoutSec });
   await saveJobFolder(job, plan);
   const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
   return { handle, plan, job };

@@ -5,10 +5,18 @@
 import path from 'node:path';
 
 import type { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
 
 import { connectClient, ensureSearchAttributes } from '../../src/temporal/connect';
 import type { DevServerConfig } from '../../src/temporal/dev-server';
 import { ensureDevServer } from '../../src/temporal/dev-server';
+
+// Worker logs at WARN and above: the tests' own output stays readable.
+try {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+} catch {
+  // Already installed by this process.
+}
 
 export const REPO_ROOT = path.resolve(__dirname, '..', '..', '..');
 
