@@ -50,8 +50,10 @@ fi
 log "$(temporal --version)"
 
 # --- npm dependencies --------------------------------------------------------
+# `npm install`, not `npm ci`: npm 11 writes lock files without the entries of optional platform packages this
+# registry does not list (@swc/core-*), and `npm ci` then refuses them. `npm install` still follows the lock file.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  log "npm ci"
-  npm ci --no-audit --no-fund --loglevel=error
+  log "npm install"
+  npm install --no-audit --no-fund --loglevel=error
 fi
 log "ready"

@@ -17,7 +17,7 @@ import Docker from 'dockerode';
 import { ensureDevServer, stopDevServer } from '../src/temporal/dev-server';
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
-import { runCli, startCli, workspace } from './support/cli';
+import { runCli, startCli, workspace, writeOracleJob } from './support/cli';
 import { runningTrialSteps } from '../src/cli/inspect';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { TEST_SERVER, testTemporal } from './support/temporal';
@@ -31,19 +31,7 @@ async function slowJob(attempts: number, concurrency: number): Promise<{ dir: st
   const name = `durable-${randomBytes(3).toString('hex')}`;
   jobNames.push(name);
   const dir = await workspace({ tasks: 'test/fixtures/slow-tasks' });
-  await writeFile(
-    path.join(dir, 'job.yaml'),
-    [
-      `name: ${name}`,
-      `n_attempts: ${attempts}`,
-      `n_concurrent_trials: ${concurrency}`,
-      'agents:',
-      '  - name: oracle',
-      'datasets:',
-      '  - path: tasks',
-      '',
-    ].join('\n')
-  );
+  await writeOracleJob(dir, { name, n_attempts: attempts, n_concurrent_trials: concurrency });
   return { dir, name, jobDir: path.join(dir, 'jobs', name) };
 }
 

@@ -5,14 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
-import { runCli, workspace } from './support/cli';
+import { runCli, workspace, writeOracleJob } from './support/cli';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { recordHistory } from './support/histories';
 import { testTemporal } from './support/temporal';
@@ -29,18 +29,7 @@ describe('trial outcomes', () => {
   before(async () => {
     const { client, connection } = await testTemporal();
     dir = await workspace({ tasks: 'test/fixtures/edge-tasks' });
-    await writeFile(
-      path.join(dir, 'job.yaml'),
-      [
-        `name: ${jobName}`,
-        'n_concurrent_trials: 3',
-        'agents:',
-        '  - name: oracle',
-        'datasets:',
-        '  - path: tasks',
-        '',
-      ].join('\n')
-    );
+    await writeOracleJob(dir, { name: jobName, n_concurrent_trials: 3 });
     run = await runCli(['job.yaml'], { cwd: dir });
     await recordHistory(client, `rollout-job/${jobName}`, 'job-edge-cases');
     await recordHistory(client, `${jobName}/agent-timeout__oracle__1`, 'trial-agent-timeout');

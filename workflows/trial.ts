@@ -19,6 +19,7 @@ import {
 import type { ProviderActivities, JobActivities } from '../activities';
 import { primaryReward } from '../src/results/job-stats';
 import type { TrialResult } from '../src/results/trial-result';
+import { summaryFromResult } from '../src/results/trial-result';
 import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
 import { RolloutReward, RolloutStatus } from '../src/temporal/search-attributes';
 import type {
@@ -88,19 +89,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     unenforced_limits: outcome.unenforced,
     restarts: state.restarts,
   };
-  const summary: TrialSummary = {
-    trialId: spec.trialId,
-    trialName: spec.trialName,
-    taskName: spec.taskName,
-    datasetName: spec.datasetName,
-    agentName: spec.agentName,
-    attempt: spec.attempt,
-    rewards: result.rewards,
-    error: result.error,
-    hostQueue: outcome.builtImage ? state.hostQueue : null,
-    builtImage: outcome.builtImage,
-    envKey: spec.envKey,
-  };
+  const summary = summaryFromResult(spec, result, outcome.builtImage ? state.hostQueue : null, outcome.builtImage);
   state.status = trialStatus(summary);
   state.step = null;
 

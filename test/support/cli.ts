@@ -1,7 +1,7 @@
 /** Runs the real `rollout` CLI (bin/rollout.js) as a child process against the tests' Temporal server. */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { cp, mkdtemp } from 'node:fs/promises';
+import { cp, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -43,4 +43,13 @@ export async function workspace(copies: Record<string, string> = {}): Promise<st
     await cp(path.join(REPO_ROOT, source), path.join(dir, target), { recursive: true });
   }
   return dir;
+}
+
+/** Writes `<dir>/job.yaml`: the oracle over `<dir>/tasks`, with the given top-level keys. */
+export async function writeOracleJob(dir: string, keys: Record<string, string | number>): Promise<void> {
+  const lines = Object.entries(keys).map(([key, value]) => `${key}: ${value}`);
+  await writeFile(
+    path.join(dir, 'job.yaml'),
+    [...lines, 'agents:', '  - name: oracle', 'datasets:', '  - path: tasks', ''].join('\n')
+  );
 }
