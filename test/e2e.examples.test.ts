@@ -138,6 +138,7 @@ describe('examples/job.yaml end to end', () => {
     const status = await runCli(['status', jobName], { cwd: dir });
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, new RegExp(`job ${jobName}: completed · 6/6 finished · 0 running · 6 completed`));
+    assert.match(status.stdout, /^oracle\s+tasks\s+reward\s+3\s+0\s+0\.3333\s+1$/m);
     const jobs = await runCli(['jobs'], { cwd: dir });
     assert.match(jobs.stdout, new RegExp(`^${jobName}\tCOMPLETED\t`, 'm'));
     const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });

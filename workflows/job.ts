@@ -122,7 +122,20 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
       startedAt,
     })),
     continuedAsNew: state.continuedAsNew,
+    evals: currentResult().evals,
   });
+
+  const currentResult = () =>
+    buildJobResult({
+      jobName: input.jobName,
+      workflowId: info.workflowId,
+      status,
+      startedAt: state.startedAt,
+      now: new Date().toISOString(),
+      running: Object.keys(state.running).length,
+      stats: state.stats,
+      metrics: input.metrics,
+    });
 
   const count = (summary: TrialSummary) => {
     addTrial(state.stats, summary);
@@ -153,16 +166,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
 
   const writeResult = async () => {
     dirty = false;
-    const result = buildJobResult({
-      jobName: input.jobName,
-      workflowId: info.workflowId,
-      status,
-      startedAt: state.startedAt,
-      now: new Date().toISOString(),
-      running: Object.keys(state.running).length,
-      stats: state.stats,
-      metrics: input.metrics,
-    });
+    const result = currentResult();
     setCurrentDetails(
       `**${input.jobName}**: ${result.n_finished_trials}/${result.n_total_trials} finished, ${result.n_running_trials} running`
     );

@@ -1,6 +1,7 @@
 /** Signals and queries of the Job and Trial workflows, shared with the client (pure definitions). */
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 
+import type { JobResult } from '../src/results/job-result';
 import type { StepName, TrialStatus, TrialSummary } from '../src/trial/types';
 
 /** A Trial tells its Job it finished; by workflow id, so it reaches the Job's newest run after continue-as-new. */
@@ -27,6 +28,8 @@ export interface JobProgress {
   meanReward: number | null;
   runningTrials: RunningTrialInfo[];
   continuedAsNew: number;
+  /** Metrics so far per agent × dataset, as in the job's result.json. */
+  evals: JobResult['evals'];
 }
 
 export const jobProgressQuery = defineQuery<JobProgress>('progress');

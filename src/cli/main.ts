@@ -9,6 +9,7 @@ import { connectClient, ensureSearchAttributes, resolveTemporal } from '../tempo
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
+import { renderEvals } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 
 /** Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure. */
@@ -134,6 +135,7 @@ export function buildProgram(): Command {
               `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
           );
           if (errors.length) console.log(`errors: ${errors.join(', ')}`);
+          if (Object.keys(progress.evals).length) console.log(renderEvals(progress.evals));
         }
         for (const trial of await runningTrialSteps(client, job)) {
           console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);

@@ -1,13 +1,25 @@
 import type { JobResult } from '../results/job-result';
 
-/** The final summary: one row per agent × dataset × reward key, a column per metric, then error counts. */
+/** The final summary: the metrics table, then trial and error counts. */
 export function renderReport(result: JobResult): string {
+  const lines = [renderEvals(result.evals)];
+  lines.push(
+    `trials: ${result.n_total_trials} total, ${result.n_completed_trials} completed, ${result.n_errored_trials} errored, ` +
+      `${result.n_infrastructure_errors} infrastructure errors, ${result.n_cancelled_trials} cancelled`
+  );
+  const errors = Object.entries(result.errors_by_type);
+  if (errors.length) lines.push(`errors: ${errors.map(([type, n]) => `${type} ×${n}`).join(', ')}`);
+  return lines.join('\n');
+}
+
+/** One row per agent × dataset × reward key, a column per metric. */
+export function renderEvals(evals: JobResult['evals']): string {
   const metricNames = [
-    ...new Set(Object.values(result.evals).flatMap((e) => Object.values(e.metrics).flatMap((m) => Object.keys(m)))),
+    ...new Set(Object.values(evals).flatMap((e) => Object.values(e.metrics).flatMap((m) => Object.keys(m)))),
   ];
   const header = ['agent', 'dataset', 'reward', 'trials', 'errors', ...metricNames];
   const rows: string[][] = [];
-  for (const evaluation of Object.values(result.evals)) {
+  for (const evaluation of Object.values(evals)) {
     const keys = Object.keys(evaluation.metrics);
     for (const key of keys.length ? keys : ['–']) {
       rows.push([
@@ -20,14 +32,7 @@ export function renderReport(result: JobResult): string {
       ]);
     }
   }
-  const lines = [table([header, ...rows])];
-  lines.push(
-    `trials: ${result.n_total_trials} total, ${result.n_completed_trials} completed, ${result.n_errored_trials} errored, ` +
-      `${result.n_infrastructure_errors} infrastructure errors, ${result.n_cancelled_trials} cancelled`
-  );
-  const errors = Object.entries(result.errors_by_type);
-  if (errors.length) lines.push(`errors: ${errors.map(([type, n]) => `${type} ×${n}`).join(', ')}`);
-  return lines.join('\n');
+  return table([header, ...rows]);
 }
 
 function formatNumber(value: number | undefined): string {

@@ -179,6 +179,7 @@ function emptyProgress(jobName: string): JobProgress {
     meanReward: null,
     runningTrials: [],
     continuedAsNew: 0,
+    evals: {},
   };
 }
 
