@@ -6,6 +6,7 @@ import type { EnvironmentType } from '../src/job/schema';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task } from '../src/task/load';
 import { loadTask } from '../src/task/load';
+import { formatProblem } from '../src/errors';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
 export interface ActivityDeps {
@@ -52,10 +53,7 @@ export function log(spec: TrialSpec, step: string, message: string): Promise<voi
 export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
   const load = await loadTask(spec.taskDir);
   if (!load.task) {
-    throw taskFailure(
-      'EnvironmentBuildError',
-      load.problems.map((p) => `${p.file}: ${p.field ?? ''} ${p.message}`).join('; ')
-    );
+    throw taskFailure('EnvironmentBuildError', load.problems.map(formatProblem).join('; '));
   }
   return load.task;
 }

@@ -74,11 +74,15 @@ describe('trial outcomes', () => {
     assert.deepEqual((await trial('agent-writes-verifier')).rewards, { reward: 0.25 });
   });
 
+  it("runs a Harbor schema 1.4 task whose solution refers to /solution, Harbor's oracle path", async () => {
+    assert.deepEqual((await trial('harbor-solution')).rewards, { reward: 1 });
+  });
+
   it('counts task errors as reward 0 in metrics and by type in the job result', async () => {
     const result = JSON.parse(await readFile(path.join(dir, 'jobs', jobName, 'result.json'), 'utf8')) as JobResult;
-    assert.equal(result.n_total_trials, 6);
+    assert.equal(result.n_total_trials, 7);
     assert.equal(result.n_errored_trials, 5);
-    assert.equal(result.n_completed_trials, 1);
+    assert.equal(result.n_completed_trials, 2);
     assert.equal(result.n_infrastructure_errors, 0);
     assert.deepEqual(result.errors_by_type, {
       AgentTimeoutError: 1,
@@ -87,8 +91,8 @@ describe('trial outcomes', () => {
       RewardFileParseError: 1,
       SolutionNotFoundError: 1,
     });
-    // Rewards: agent-timeout 1, agent-writes-verifier 0.25, four errored trials without reward count 0.
-    assert.deepEqual(result.evals['oracle__tasks']?.metrics.reward, { mean: 1.25 / 6 });
+    // Rewards: agent-timeout 1, agent-writes-verifier 0.25, harbor-solution 1; four errors without reward count 0.
+    assert.deepEqual(result.evals['oracle__tasks']?.metrics.reward, { mean: 2.25 / 7 });
   });
 
   it('leaves no containers behind', async () => {

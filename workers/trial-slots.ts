@@ -16,8 +16,4 @@ export class CountingTrialSlots implements TrialSlots {
   release(trialId: string): void {
     this.held.delete(trialId);
   }
-
-  get inUse(): number {
-    return this.held.size;
-  }
 }

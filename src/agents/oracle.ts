@@ -4,7 +4,10 @@ import type { Agent } from './agent';
 import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
 import { resolveEnv } from '../env-vars';
 
-/** The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. */
+/**
+ * The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. The copy also lands
+ * in /solution, where Harbor's oracle puts it, so solutions written for Harbor that refer to it run unchanged.
+ */
 export const oracleAgent: Agent = {
   name: 'oracle',
   install() {
@@ -12,7 +15,8 @@ export const oracleAgent: Agent = {
   },
   async execute({ environment, handle, task, env, timeoutMs, signal }) {
     if (!task.hasSolution) throw new SolutionNotFoundError(task.dir);
-    await environment.upload(handle, path.join(task.dir, 'solution'), '/oracle');
+    for (const target of ['/oracle', '/solution'])
+      await environment.upload(handle, path.join(task.dir, 'solution'), target);
     return environment.exec(handle, {
       command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
       env: { ...resolveEnv(task.config.solution.env, process.env), ...env },

@@ -12,7 +12,7 @@ import { makeRealDirectory } from './host-files';
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
 /** Container paths a local environment maps into its root folder. */
-const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/installed-agent', '/app'];
+const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/solution', '/installed-agent', '/app'];
 const ROOT_PREFIX = 'rollout-local-env-';
 /** The environment variables of start(), kept in the root for every later exec (as a container keeps its Env). */
 const START_ENV_FILE = 'start-env.json';

@@ -54,13 +54,16 @@ export function jobInput(
   };
 }
 
-/** Starts the Job workflow, or attaches to it when it is already running (never a duplicate). */
+/**
+ * Starts the Job workflow, or attaches to it when it is already running (never a duplicate). A running job of the
+ * same name writing to another folder is refused: attaching would send this run's results there.
+ */
 export async function startJobWorkflow(
   client: Client,
   plan: JobPlan,
   input: JobInput
 ): Promise<WorkflowHandleWithFirstExecutionRunId<typeof jobWorkflow>> {
-  return client.workflow.start<typeof jobWorkflow>('jobWorkflow', {
+  const handle = await client.workflow.start<typeof jobWorkflow>('jobWorkflow', {
     workflowId: plan.jobWorkflowId,
     taskQueue: JOB_TASK_QUEUE,
     args: [input],
@@ -71,4 +74,14 @@ export async function startJobWorkflow(
     memo: { jobDir: plan.jobDir },
     staticSummary: `Rollout job ${input.jobName}: ${input.totalTrials} trials`,
   });
+  const { memo } = await handle.describe();
+  if (memo?.jobDir !== plan.jobDir) {
+    throw new InputError([
+      {
+        file: plan.jobDir,
+        message: `job "${input.jobName}" is already running with its results in ${String(memo?.jobDir)}; run it from there or rename this one`,
+      },
+    ]);
+  }
+  return handle;
 }

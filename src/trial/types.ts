@@ -102,10 +102,6 @@ export interface ExecuteOutcome {
   timedOut: boolean;
 }
 
-export function isInfrastructureError(error: TrialError | null): boolean {
-  return error?.type === INFRASTRUCTURE_ERROR;
-}
-
 export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {
   if (!summary.error) return 'completed';
   return summary.error.type === CANCELLED_ERROR ? 'cancelled' : 'errored';
