@@ -1,13 +1,14 @@
 import { hostname } from 'node:os';
 
-import type { NativeConnection } from '@temporalio/worker';
-import { Worker } from '@temporalio/worker';
+import type { Client } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
 
 import { createProviderActivities, jobActivities } from '../activities';
 import type { Environment } from '../src/environments/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
+import { removeAbandonedEnvironments } from './janitor';
 import { CountingTrialSlots } from './trial-slots';
 
 export interface WorkerSetOptions {
@@ -95,4 +96,33 @@ export async function runWorkers(workers: Worker[]): Promise<void> {
       if (worker.getState() === 'RUNNING') worker.shutdown();
     }
   }
+}
+
+export interface RunningWorkers {
+  /** Resolves when the workers stop (a shutdown signal, or stop()). */
+  done: Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts this process's workers: first removes environments this host holds for trials that no longer run (a crash
+ * left them), then serves the queues until stopped.
+ */
+export async function startWorkers(
+  options: Omit<WorkerSetOptions, 'connection'> & { address: string; client: Client }
+): Promise<RunningWorkers> {
+  const hostId = options.hostId ?? defaultHostId();
+  for (const type of options.environmentTypes) {
+    await removeAbandonedEnvironments(options.client, hostId, createEnvironment(type, hostId));
+  }
+  const connection = await NativeConnection.connect({ address: options.address });
+  const workers = await createWorkers({ ...options, hostId, connection });
+  const done = runWorkers(workers).finally(() => connection.close());
+  return {
+    done,
+    async stop() {
+      for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
+      await done.catch(() => undefined);
+    },
+  };
 }

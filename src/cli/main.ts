@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { DefaultLogger, makeTelemetryFilterString, NativeConnection, Runtime } from '@temporalio/worker';
+import { DefaultLogger, makeTelemetryFilterString, Runtime } from '@temporalio/worker';
 
-import { createWorkers, defaultHostId, runWorkers } from '../../workers/create-workers';
+import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import type { EnvironmentType } from '../job/schema';
@@ -59,13 +59,12 @@ export function buildProgram(): Command {
     .action(async (opts: { env: EnvironmentType[]; maxTrials: number; hostId: string; workflows: boolean }) => {
       installRuntime();
       const endpoint = await resolveTemporal({ startDevServer: false });
-      const { connection: client } = await connectClient(endpoint);
-      await ensureSearchAttributes(client, endpoint.namespace);
-      await client.close();
-      const connection = await NativeConnection.connect({ address: endpoint.address });
-      const workers = await createWorkers({
-        connection,
+      const { connection, client } = await connectClient(endpoint);
+      await ensureSearchAttributes(connection, endpoint.namespace);
+      const workers = await startWorkers({
+        address: endpoint.address,
         namespace: endpoint.namespace,
+        client,
         hostId: opts.hostId,
         environmentTypes: opts.env,
         maxTrials: opts.maxTrials,
@@ -74,7 +73,7 @@ export function buildProgram(): Command {
       console.error(
         `worker ${opts.hostId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
       );
-      await runWorkers(workers);
+      await workers.done;
       await connection.close();
     });
 

@@ -2,12 +2,11 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 
 import { WorkflowFailedError } from '@temporalio/client';
-import { NativeConnection } from '@temporalio/worker';
 
 import type { jobWorkflow } from '../../workflows';
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
-import { createWorkers, runWorkers } from '../../workers/create-workers';
+import { startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
@@ -17,7 +16,6 @@ import { jobWorkflowId, planJob } from '../job/plan';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
-import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
 import { ProgressView } from './progress';
 import { renderReport } from './report';
@@ -75,7 +73,15 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   if (uiUrl) console.error(`Temporal UI: ${uiUrl}`);
 
   const workerRun = options.worker
-    ? await startWorker(endpoint, job.environment.type, options.maxTrials ?? job.n_concurrent_trials, options)
+    ? await startWorkers({
+        address: endpoint.address,
+        namespace: endpoint.namespace,
+        client,
+        hostId: options.hostId,
+        environmentTypes: [job.environment.type],
+        maxTrials: options.maxTrials ?? job.n_concurrent_trials,
+        serveWorkflows: true,
+      })
     : undefined;
   const view = new ProgressView();
   let finished = false;
@@ -126,7 +132,15 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
   const config = await readJson<ResolvedJob>(path.join(description.memo?.jobDir as string, 'config.json'));
   const workerRun =
     options.worker && config
-      ? await startWorker(endpoint, config.environment.type, config.n_concurrent_trials, options)
+      ? await startWorkers({
+          address: endpoint.address,
+          namespace: endpoint.namespace,
+          client,
+          hostId: options.hostId,
+          environmentTypes: [config.environment.type],
+          maxTrials: config.n_concurrent_trials,
+          serveWorkflows: true,
+        })
       : undefined;
   try {
     await handle.cancel();
@@ -137,31 +151,6 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
     await connection.close();
   }
   return 0;
-}
-
-async function startWorker(
-  endpoint: TemporalEndpoint,
-  environmentType: EnvironmentType,
-  maxTrials: number,
-  options: { hostId?: string }
-) {
-  const connection = await NativeConnection.connect({ address: endpoint.address });
-  const workers = await createWorkers({
-    connection,
-    namespace: endpoint.namespace,
-    hostId: options.hostId,
-    environmentTypes: [environmentType],
-    maxTrials,
-    serveWorkflows: true,
-  });
-  const running = runWorkers(workers);
-  return {
-    async stop() {
-      for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
-      await running.catch(() => undefined);
-      await connection.close();
-    },
-  };
 }
 
 function emptyProgress(jobName: string): JobProgress {

@@ -348,6 +348,11 @@ export class DockerEnvironment implements Environment {
     return containers.length;
   }
 
+  async heldTrials(hostId: string): Promise<string[]> {
+    const containers = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL_HOST}=${hostId}`] } });
+    return [...new Set(containers.map((container) => container.Labels[LABEL_TRIAL]).filter((id) => id !== undefined))];
+  }
+
   async removeImage(image: string): Promise<boolean> {
     try {
       await this.docker.getImage(image).remove();

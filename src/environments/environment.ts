@@ -87,6 +87,8 @@ export interface Environment {
   remove(handle: EnvironmentHandle): Promise<void>;
   /** Removes everything this host still holds for a trial (by label); returns how many were removed. */
   removeTrial(trialId: string): Promise<number>;
+  /** Trials this host still holds an environment for (by label), so a restarted worker can clean up after a crash. */
+  heldTrials(hostId: string): Promise<string[]>;
   /** Removes an image Rollout built; idempotent, and refuses (returns false) while a container still uses it. */
   removeImage(image: string): Promise<boolean>;
 }

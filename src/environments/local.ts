@@ -94,6 +94,11 @@ export class LocalEnvironment implements Environment {
     return roots.length;
   }
 
+  /** Local roots are temporary folders named after a shortened trial id: nothing to reclaim by id. */
+  heldTrials(): Promise<string[]> {
+    return Promise.resolve([]);
+  }
+
   removeImage(): Promise<boolean> {
     return Promise.resolve(true);
   }
