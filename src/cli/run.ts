@@ -10,7 +10,6 @@ import { startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
-import type { EnvironmentType } from '../job/schema';
 import { loadJobFile } from '../job/load';
 import { jobWorkflowId, planJob } from '../job/plan';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
