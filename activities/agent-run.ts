@@ -2,10 +2,9 @@ import { Context } from '@temporalio/activity';
 
 import type { AgentRun } from '../src/agents/agent';
 import { createAgent, loadAgentConfig } from '../src/agents/agent';
-import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { loadTrialTask, taskFailure } from './context';
+import { loadTrialTask, resolveWorkerEnv } from './context';
 
 export interface AgentStepInput {
   spec: TrialSpec;
@@ -18,14 +17,7 @@ export interface AgentStepInput {
  */
 export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: AgentStepInput, timeoutSec: number) {
   const [task, config] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
-  let env: Record<string, string>;
-  try {
-    env = resolveEnv(config.env, process.env);
-  } catch (err) {
-    if (err instanceof MissingEnvironmentVariableError)
-      throw taskFailure('MissingEnvironmentVariableError', err.message);
-    throw err;
-  }
+  const env = resolveWorkerEnv(config.env);
   const run: AgentRun = {
     environment: deps.environment(spec.environmentType),
     handle,

@@ -20,7 +20,8 @@ export function collectLogs(deps: ActivityDeps) {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     await heartbeating(() => deps.environment(spec.environmentType).download(handle, '/logs', trialDir));
     const [agent, task] = await Promise.all([loadAgentConfig(spec.jobDir, spec.agentName), loadTrialTask(spec)]);
-    const secrets = [agent.env, task.config.verifier.env, task.config.solution.env].flatMap((env) => {
+    const { environment, verifier, solution } = task.config;
+    const secrets = [agent.env, environment.env, verifier.env, solution.env].flatMap((env) => {
       try {
         return resolveEnvWithSecrets(env, process.env).secrets;
       } catch {

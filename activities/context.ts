@@ -6,6 +6,7 @@ import type { EnvironmentType } from '../src/job/schema';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task } from '../src/task/load';
 import { loadTask } from '../src/task/load';
+import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import { formatProblem } from '../src/errors';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
@@ -43,6 +44,20 @@ export async function heartbeating<T>(work: (signal: AbortSignal) => Promise<T>)
 /** A task outcome (not an infrastructure failure): never retried, recorded as the trial's error. */
 export function taskFailure(type: TaskErrorType, message: string): ApplicationFailure {
   return ApplicationFailure.nonRetryable(message, type);
+}
+
+/**
+ * `${VAR}`s of agent, environment, solution or verifier env, resolved from this worker's own environment. An unset
+ * variable is a task outcome (every attempt would fail alike), not something to retry.
+ */
+export function resolveWorkerEnv(env: Record<string, string>): Record<string, string> {
+  try {
+    return resolveEnv(env, process.env);
+  } catch (err) {
+    if (err instanceof MissingEnvironmentVariableError)
+      throw taskFailure('MissingEnvironmentVariableError', err.message);
+    throw err;
+  }
 }
 
 export function log(spec: TrialSpec, step: string, message: string): Promise<void> {

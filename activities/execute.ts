@@ -1,4 +1,5 @@
 import { SolutionNotFoundError } from '../src/agents/agent';
+import { MissingEnvironmentVariableError } from '../src/env-vars';
 import type { ExecuteOutcome } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, log, taskFailure } from './context';
@@ -21,6 +22,9 @@ export function executeAgent(deps: ActivityDeps) {
       return { exitCode: result.exitCode, timedOut: result.timedOut };
     } catch (err) {
       if (err instanceof SolutionNotFoundError) throw taskFailure('SolutionNotFoundError', err.message);
+      // The oracle resolves the task's [solution.env] itself.
+      if (err instanceof MissingEnvironmentVariableError)
+        throw taskFailure('MissingEnvironmentVariableError', err.message);
       throw err;
     }
   };

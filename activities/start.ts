@@ -1,7 +1,7 @@
 import { TaskEnvironmentError } from '../src/environments/environment';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, taskFailure } from './context';
+import { heartbeating, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
 
 export interface StartInput {
   spec: TrialSpec;
@@ -29,7 +29,7 @@ export function startEnvironment(deps: ActivityDeps) {
           trialName: spec.trialName,
           hostId: deps.hostId,
           resources: spec.resources,
-          env: { ...task.config.environment.env, ROLLOUT_TASK_INSTRUCTION: task.instruction },
+          env: { ...resolveWorkerEnv(task.config.environment.env), ROLLOUT_TASK_INSTRUCTION: task.instruction },
           workdir: task.config.environment.workdir,
         })
       );

@@ -1,11 +1,10 @@
 import path from 'node:path';
 
 import { CONTAINER_PATHS } from '../src/agents/agent';
-import { resolveEnv } from '../src/env-vars';
 import { readReward } from '../src/trial/reward';
 import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, taskFailure } from './context';
+import { heartbeating, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
 
 export interface VerifyInput {
   spec: TrialSpec;
@@ -32,7 +31,7 @@ export function runVerifier(deps: ActivityDeps) {
 
       const run = await environment.exec(handle, {
         command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
-        env: resolveEnv(task.config.verifier.env, process.env),
+        env: resolveWorkerEnv(task.config.verifier.env),
         timeoutMs: spec.timeouts.verify * 1000,
         signal,
       });

@@ -78,21 +78,30 @@ describe('trial outcomes', () => {
     assert.deepEqual((await trial('harbor-solution')).rewards, { reward: 1 });
   });
 
+  it('records a variable the worker lacks as MissingEnvironmentVariableError, not an infrastructure error', async () => {
+    const result = await trial('verifier-env');
+    assert.equal(result.error?.type, 'MissingEnvironmentVariableError');
+    assert.equal(result.error?.step, 'verify');
+    assert.match(result.error?.message ?? '', /ROLLOUT_UNSET_JUDGE_KEY/);
+    assert.equal(result.restarts, 0);
+  });
+
   it('counts task errors as reward 0 in metrics and by type in the job result', async () => {
     const result = JSON.parse(await readFile(path.join(dir, 'jobs', jobName, 'result.json'), 'utf8')) as JobResult;
-    assert.equal(result.n_total_trials, 7);
-    assert.equal(result.n_errored_trials, 5);
+    assert.equal(result.n_total_trials, 8);
+    assert.equal(result.n_errored_trials, 6);
     assert.equal(result.n_completed_trials, 2);
     assert.equal(result.n_infrastructure_errors, 0);
     assert.deepEqual(result.errors_by_type, {
       AgentTimeoutError: 1,
       EnvironmentBuildError: 1,
+      MissingEnvironmentVariableError: 1,
       RewardFileNotFoundError: 1,
       RewardFileParseError: 1,
       SolutionNotFoundError: 1,
     });
-    // Rewards: agent-timeout 1, agent-writes-verifier 0.25, harbor-solution 1; four errors without reward count 0.
-    assert.deepEqual(result.evals['oracle__tasks']?.metrics.reward, { mean: 2.25 / 7 });
+    // Rewards: agent-timeout 1, agent-writes-verifier 0.25, harbor-solution 1; five errors without reward count 0.
+    assert.deepEqual(result.evals['oracle__tasks']?.metrics.reward, { mean: 2.25 / 8 });
   });
 
   it('leaves no containers behind', async () => {
