@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
+import type { Client } from '@temporalio/client';
 import { WorkflowFailedError } from '@temporalio/client';
 
 import type { jobWorkflow } from '../../workflows';
@@ -15,6 +16,7 @@ import { jobWorkflowId, planJob } from '../job/plan';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
+import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
 import { ProgressView } from './progress';
 import { renderReport } from './report';
@@ -72,15 +74,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   if (uiUrl) console.error(`Temporal UI: ${uiUrl}`);
 
   const workerRun = options.worker
-    ? await startWorkers({
-        address: endpoint.address,
-        namespace: endpoint.namespace,
-        client,
-        hostId: options.hostId,
-        environmentTypes: [job.environment.type],
-        maxTrials: options.maxTrials ?? job.n_concurrent_trials,
-        serveWorkflows: true,
-      })
+    ? await startJobWorkers(endpoint, client, job, options.hostId, options.maxTrials)
     : undefined;
   const view = new ProgressView();
   let finished = false;
@@ -130,17 +124,7 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
   }
   const config = await readJson<ResolvedJob>(path.join(description.memo?.jobDir as string, 'config.json'));
   const workerRun =
-    options.worker && config
-      ? await startWorkers({
-          address: endpoint.address,
-          namespace: endpoint.namespace,
-          client,
-          hostId: options.hostId,
-          environmentTypes: [config.environment.type],
-          maxTrials: config.n_concurrent_trials,
-          serveWorkflows: true,
-        })
-      : undefined;
+    options.worker && config ? await startJobWorkers(endpoint, client, config, options.hostId) : undefined;
   try {
     await handle.cancel();
     const final = await handle.result();
@@ -150,6 +134,25 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
     await connection.close();
   }
   return 0;
+}
+
+/** This process's workers for one job: its environment type, workflows too, as many trials as the job runs at once. */
+function startJobWorkers(
+  endpoint: TemporalEndpoint,
+  client: Client,
+  job: ResolvedJob,
+  hostId?: string,
+  maxTrials?: number
+) {
+  return startWorkers({
+    address: endpoint.address,
+    namespace: endpoint.namespace,
+    client,
+    hostId,
+    environmentTypes: [job.environment.type],
+    maxTrials: maxTrials ?? job.n_concurrent_trials,
+    serveWorkflows: true,
+  });
 }
 
 function emptyProgress(jobName: string): JobProgress {
