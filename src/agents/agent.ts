@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 
 import type { ExecResult, Environment } from '../environments/environment';
 import type { AgentConfig } from '../job/schema';
@@ -46,16 +46,23 @@ export function createAgent(config: AgentConfig): Agent {
   return config.name === ORACLE_AGENT ? oracleAgent : customAgent(config);
 }
 
-const jobConfigs = new Map<string, Promise<{ agents: AgentConfig[] }>>();
+const jobConfigs = new Map<string, { mtimeMs: number; config: Promise<{ agents: AgentConfig[] }> }>();
 
-/** Agent definitions come from the job's config.json (never from workflow inputs), cached per job folder. */
+/**
+ * Agent definitions come from the job's config.json (never from workflow inputs), cached per job folder until the
+ * file changes: a long-lived worker may see a job folder removed and made anew under the same name.
+ */
 export async function loadAgentConfig(jobDir: string, agentName: string): Promise<AgentConfig> {
-  let config = jobConfigs.get(jobDir);
-  if (!config) {
-    config = readFile(jobFiles.config(jobDir), 'utf8').then((text) => JSON.parse(text) as { agents: AgentConfig[] });
-    jobConfigs.set(jobDir, config);
+  const file = jobFiles.config(jobDir);
+  const { mtimeMs } = await stat(file);
+  let cached = jobConfigs.get(jobDir);
+  if (!cached || cached.mtimeMs !== mtimeMs) {
+    const config = readFile(file, 'utf8').then((text) => JSON.parse(text) as { agents: AgentConfig[] });
+    cached = { mtimeMs, config };
+    jobConfigs.set(jobDir, cached);
     config.catch(() => jobConfigs.delete(jobDir));
   }
+  const config = cached.config;
   const agent = (await config).agents.find((a) => a.name === agentName);
   if (!agent) throw new Error(`${jobFiles.config(jobDir)}: no agent named "${agentName}"`);
   return agent;
