@@ -31,6 +31,9 @@ export interface RunOptions {
 }
 
 const POLL_MS = 500;
+const DETACHED = Symbol('detached');
+/** 128 + SIGINT, as shells report an interrupted command. */
+const EXIT_DETACHED = 130;
 
 /** `rollout <job.yaml>`: validate, plan, start (or attach to) the Job workflow, run a worker, watch, report. */
 export async function runJobFile(file: string, options: RunOptions): Promise<number> {
@@ -86,22 +89,39 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
     }
   })();
 
-  let final: JobProgress;
+  // Ctrl-C (or SIGTERM) stops the in-process worker: the job itself lives on in Temporal, so detach and say how to
+  // carry on, instead of waiting for a result no worker here will produce.
+  const detached = workerRun?.done.then(
+    (): typeof DETACHED => DETACHED,
+    (): typeof DETACHED => DETACHED
+  );
+  let final: JobProgress | typeof DETACHED;
   try {
-    final = await handle.result();
+    final = await Promise.race([handle.result(), ...(detached ? [detached] : [])]);
   } catch (err) {
+    await workerRun?.stop();
+    await connection.close();
     if (err instanceof WorkflowFailedError) {
       throw new Error(`job ${job.name} failed: ${err.cause?.message ?? err.message}`, { cause: err });
     }
     throw err;
   } finally {
     finished = true;
-    await poll;
-    view.update((await handle.query(jobProgressQuery).catch(() => undefined)) ?? emptyProgress(job.name));
-    view.done();
-    await workerRun?.stop();
-    await connection.close();
   }
+  if (final === DETACHED) {
+    view.done();
+    console.error(
+      `detached: job ${job.name} is paused until a worker runs. Continue with \`rollout ${file}\` (or ` +
+        `\`rollout resume ${job.name}\`), or cancel it with \`rollout cancel ${job.name}\`.`
+    );
+    await connection.close();
+    return EXIT_DETACHED;
+  }
+  await poll;
+  view.update((await handle.query(jobProgressQuery).catch(() => undefined)) ?? emptyProgress(job.name));
+  view.done();
+  await workerRun?.stop();
+  await connection.close();
 
   const result = await readJson<JobResult>(jobFiles.result(plan.jobDir));
   if (result) console.log(renderReport(result));
