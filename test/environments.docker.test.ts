@@ -28,10 +28,11 @@ import {
 import { extractArchive } from '../src/environments/host-files';
 import type { EnvironmentHandle } from '../src/trial/types';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
+import { TEST_HOST_ID } from './support/temporal';
 
 const docker = new Docker();
 const jobName = `env-test-${randomBytes(3).toString('hex')}`;
-const hostId = 'env-test-host';
+const hostId = `env-${TEST_HOST_ID}`;
 const environment = new DockerEnvironment({ hostId });
 const scratch: string[] = [];
 let image: string;

@@ -5,7 +5,7 @@ import { cp, mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { REPO_ROOT, TEST_ADDRESS } from './temporal';
+import { REPO_ROOT, TEST_ADDRESS, TEST_HOST_ID } from './temporal';
 
 export interface CliRun {
   code: number | null;
@@ -16,7 +16,7 @@ export interface CliRun {
 export const CLI = path.join(REPO_ROOT, 'bin', 'rollout.js');
 
 export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return { ...process.env, TEMPORAL_ADDRESS: TEST_ADDRESS, ROLLOUT_HOST_ID: 'test-host', ...extra };
+  return { ...process.env, TEMPORAL_ADDRESS: TEST_ADDRESS, ROLLOUT_HOST_ID: TEST_HOST_ID, ...extra };
 }
 
 export function startCli(

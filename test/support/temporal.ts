@@ -29,6 +29,12 @@ export const TEST_SERVER: DevServerConfig = {
 
 export const TEST_ADDRESS = `${TEST_SERVER.ip}:${TEST_SERVER.port}`;
 
+/**
+ * Host id of the tests' workers, unique per test server port: several checkouts can run their suites on one Docker
+ * host at once without their janitors taking each other's containers for abandoned ones.
+ */
+export const TEST_HOST_ID = `test-host-${TEST_SERVER.port}`;
+
 export async function testTemporal(): Promise<{ client: Client; connection: Connection }> {
   await ensureDevServer(TEST_SERVER);
   const endpoint = { address: TEST_ADDRESS, namespace: 'default', uiUrl: null };
