@@ -1,11 +1,11 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { DefaultLogger, makeTelemetryFilterString, Runtime } from '@temporalio/worker';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import type { EnvironmentType } from '../job/schema';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { installQuietRuntime } from '../temporal/runtime';
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
@@ -22,15 +22,6 @@ function positiveInt(value: string): number {
   return n;
 }
 
-function installRuntime(): void {
-  // Temporal's own logging stays quiet so the CLI's progress and report are readable.
-  const level = (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL ?? 'ERROR') as 'ERROR';
-  Runtime.install({
-    logger: new DefaultLogger(level),
-    telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: level }) } },
-  });
-}
-
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
@@ -43,7 +34,7 @@ export function buildProgram(): Command {
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
     .action(async (job: string, opts: { worker: boolean; hostId: string; maxTrials?: number }) => {
-      installRuntime();
+      installQuietRuntime();
       process.exitCode = await runJobFile(job, opts);
     });
 
@@ -57,7 +48,7 @@ export function buildProgram(): Command {
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--no-workflows', 'serve only activities, not Job/Trial workflows')
     .action(async (opts: { env: EnvironmentType[]; maxTrials: number; hostId: string; workflows: boolean }) => {
-      installRuntime();
+      installQuietRuntime();
       const endpoint = await resolveTemporal({ startDevServer: false });
       const { connection, client } = await connectClient(endpoint);
       await ensureSearchAttributes(connection, endpoint.namespace);
@@ -93,7 +84,7 @@ export function buildProgram(): Command {
         job: string,
         opts: { jobsDir: string; retryErrored?: string[] | true; worker: boolean; hostId: string; maxTrials?: number }
       ) => {
-        installRuntime();
+        installQuietRuntime();
         const rerunErrorTypes =
           opts.retryErrored === true
             ? ['InfrastructureError']
@@ -110,7 +101,7 @@ export function buildProgram(): Command {
     .option('--no-worker', "run no worker here (another worker must run the trials' clean-up)")
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .action(async (job: string, opts: { worker: boolean; hostId: string }) => {
-      installRuntime();
+      installQuietRuntime();
       process.exitCode = await cancelJob(job, opts);
     });
 

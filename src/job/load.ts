@@ -32,17 +32,24 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
   }
+  return parseJobConfig(raw, absolute, path.dirname(absolute));
+}
+
+/**
+ * A job config given as an object (the library API, `rollout serve`), validated by the same schema as job.yaml.
+ * `source` names it in errors; relative dataset paths resolve against `baseDir`.
+ */
+export function parseJobConfig(raw: unknown, source: string, baseDir: string): ResolvedJob {
   const parsed = JobConfigSchema.safeParse(raw);
-  if (!parsed.success) throw new InputError(zodProblems(absolute, parsed.error.issues));
-  return resolveJob(parsed.data, absolute);
+  if (!parsed.success) throw new InputError(zodProblems(source, parsed.error.issues));
+  return resolveJob(parsed.data, source, baseDir);
 }
 
 /**
  * Dataset paths are relative to the job file (so a job runs from any folder), falling back to the working folder
  * when only that one exists; jobs_dir is relative to the working folder, like Harbor's `jobs/`.
  */
-function resolveJob(job: JobConfig, file: string): ResolvedJob {
-  const base = path.dirname(file);
+function resolveJob(job: JobConfig, file: string, base: string): ResolvedJob {
   return {
     ...job,
     name: job.name ?? path.basename(file).replace(/\.(ya?ml|json)$/, ''),

@@ -150,12 +150,12 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
   };
 }
 
-function sanitize(name: string): string {
+export function sanitize(name: string): string {
   return name.replace(/[^A-Za-z0-9._-]/g, '_');
 }
 
 /** Keeps workflow ids under the server's length limit; long ones end in a hash so they stay unique. */
-function boundedId(id: string): string {
+export function boundedId(id: string): string {
   if (id.length <= MAX_ID_LENGTH) return id;
   const digest = createHash('sha256').update(id).digest('hex').slice(0, 12);
   return `${id.slice(0, MAX_ID_LENGTH - digest.length - 1)}~${digest}`;

@@ -3,10 +3,19 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Client, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 
 import type { jobWorkflow, JobInput } from '../../workflows/job';
+import type { trialWorkflow } from '../../workflows/trial';
 import { InputError } from '../errors';
 import { jobFiles, readJson, writeJsonAtomic } from '../results/files';
 import { JOB_TASK_QUEUE } from '../temporal/queues';
-import { RolloutJob } from '../temporal/search-attributes';
+import {
+  RolloutAgent,
+  RolloutAttempt,
+  RolloutDataset,
+  RolloutJob,
+  RolloutStatus,
+  RolloutTask,
+} from '../temporal/search-attributes';
+import type { TrialSpec } from '../trial/types';
 import { CANCELLED_ERROR } from '../trial/types';
 import type { ResolvedJob } from './load';
 import type { JobPlan } from './plan';
@@ -17,7 +26,13 @@ import { writePlanFile } from './plan-file';
  * configuration is never overwritten: its results would no longer match.
  */
 export async function saveJobFolder(job: ResolvedJob, plan: JobPlan): Promise<void> {
-  const configFile = jobFiles.config(plan.jobDir);
+  await saveJobConfig(job, plan.jobDir);
+  await writePlanFile(plan.jobDir, plan.trials);
+}
+
+/** config.json alone (single trials and remote rollouts add trials to a job folder without a plan). */
+export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<void> {
+  const configFile = jobFiles.config(jobDir);
   const existing = await readJson<ResolvedJob>(configFile);
   // Concurrency and log level may change between runs of the same job.
   const comparable = (config: ResolvedJob) => ({ ...config, n_concurrent_trials: 0, log_level: 'info' });
@@ -28,12 +43,11 @@ export async function saveJobFolder(job: ResolvedJob, plan: JobPlan): Promise<vo
     throw new InputError([
       {
         file: configFile,
-        message: `job "${job.name}" already exists with a different configuration: give the job another name, or remove ${plan.jobDir}`,
+        message: `job "${job.name}" already exists with a different configuration: give the job another name, or remove ${jobDir}`,
       },
     ]);
   }
   await writeJsonAtomic(configFile, job);
-  await writePlanFile(plan.jobDir, plan.trials);
 }
 
 export function jobInput(
@@ -84,4 +98,31 @@ export async function startJobWorkflow(
     ]);
   }
   return handle;
+}
+
+/**
+ * Starts one Trial workflow on its own (no Job workflow: the library's single trials, `rollout serve`'s remote
+ * rollouts). Its id is the idempotency key: starting the same trial twice attaches to the first.
+ */
+export async function startTrialWorkflow(
+  client: Client,
+  spec: TrialSpec
+): Promise<WorkflowHandleWithFirstExecutionRunId<typeof trialWorkflow>> {
+  return client.workflow.start<typeof trialWorkflow>('trialWorkflow', {
+    workflowId: spec.trialId,
+    taskQueue: JOB_TASK_QUEUE,
+    args: [spec],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    // A finished trial keeps its result: the same id again returns it rather than running anew.
+    workflowIdReusePolicy: 'REJECT_DUPLICATE',
+    staticSummary: `${spec.taskName} · ${spec.agentName}`,
+    typedSearchAttributes: [
+      { key: RolloutJob, value: spec.jobName },
+      { key: RolloutTask, value: spec.taskName },
+      { key: RolloutAgent, value: spec.agentName },
+      { key: RolloutDataset, value: spec.datasetName },
+      { key: RolloutAttempt, value: spec.attempt },
+      { key: RolloutStatus, value: 'running' },
+    ],
+  });
 }

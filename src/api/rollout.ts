@@ -1,0 +1,277 @@
+/**
+ * The library API: what a trainer or an optimisation loop uses from its own process instead of job.yaml and the
+ * CLI. Everything durable lives in Temporal and the job folder, so a process that restarts picks up where it was.
+ */
+import { appendFile, mkdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import type { Client, Connection, WorkflowHandle } from '@temporalio/client';
+
+import type { jobWorkflow, trialWorkflow } from '../../workflows';
+import type { JobProgress } from '../../workflows/messages';
+import { jobProgressQuery } from '../../workflows/messages';
+import type { RunningWorkers } from '../../workers/create-workers';
+import { defaultHostId, startWorkers } from '../../workers/create-workers';
+import { InputError } from '../errors';
+import type { ResolvedJob } from '../job/load';
+import { parseJobConfig } from '../job/load';
+import { readPlanPage } from '../job/plan-file';
+import { boundedId, jobWorkflowId, planJob, sanitize } from '../job/plan';
+import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
+import { ENVIRONMENT_TYPES } from '../job/schema';
+import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from '../job/submit';
+import { jobFiles, readJson } from '../results/files';
+import type { JobResult } from '../results/job-result';
+import type { TrialResult } from '../results/trial-result';
+import type { TemporalEndpoint } from '../temporal/connect';
+import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { installQuietRuntime } from '../temporal/runtime';
+import type { TrialSpec } from '../trial/types';
+import type { z } from 'zod';
+
+export interface WorkerOptions {
+  /** Environment types this process runs trials on (default: all built-in ones). */
+  environmentTypes?: EnvironmentType[];
+  /** Trials this process may hold at once (default 8). */
+  maxTrials?: number;
+  /** Names this host's task queues (default: ROLLOUT_HOST_ID or the hostname). */
+  hostId?: string;
+}
+
+export interface ConnectOptions {
+  /** Temporal frontend; default TEMPORAL_ADDRESS, else the embedded dev server (started when needed). */
+  address?: string;
+  namespace?: string;
+  /**
+   * Run workers in this process (default), with these options; `false` when workers run elsewhere
+   * (`rollout worker`).
+   */
+  worker?: boolean | WorkerOptions;
+}
+
+/** A job config as in job.yaml, with its name required (it names the job folder and the workflow). */
+export type JobConfig = JobConfigInput & { name: string };
+export type AgentConfigInput = z.input<typeof AgentSchema>;
+
+export interface SubmitOptions {
+  /** Relative dataset paths resolve against this folder (default: the working folder). */
+  baseDir?: string;
+}
+
+export interface TrialRequest {
+  /** A task folder. */
+  task: string;
+  agent: AgentConfigInput;
+  /** Job folder the trial's results go to, and its name (default "trials"). */
+  job?: string;
+  jobsDir?: string;
+  environment?: EnvironmentType;
+  /**
+   * Identifies the trial: submitting the same id again attaches to the first (default: a fresh one). Letters,
+   * digits, ".", "_" and "-".
+   */
+  id?: string;
+}
+
+const POLL_MS = 250;
+
+export class Rollout {
+  private constructor(
+    readonly client: Client,
+    private readonly connection: Connection,
+    readonly endpoint: TemporalEndpoint,
+    private readonly workers: RunningWorkers | undefined
+  ) {}
+
+  static async connect(options: ConnectOptions = {}): Promise<Rollout> {
+    const endpoint: TemporalEndpoint = options.address
+      ? { address: options.address, namespace: options.namespace ?? 'default', uiUrl: null }
+      : {
+          ...(await resolveTemporal({ startDevServer: true })),
+          ...(options.namespace ? { namespace: options.namespace } : {}),
+        };
+    const { connection, client } = await connectClient(endpoint);
+    await ensureSearchAttributes(connection, endpoint.namespace);
+    const worker = options.worker ?? true;
+    if (worker) installQuietRuntime();
+    const workers = worker
+      ? await startWorkers({
+          address: endpoint.address,
+          namespace: endpoint.namespace,
+          client,
+          hostId: (worker === true ? undefined : worker.hostId) ?? defaultHostId(),
+          environmentTypes: (worker === true ? undefined : worker.environmentTypes) ?? [...ENVIRONMENT_TYPES],
+          maxTrials: (worker === true ? undefined : worker.maxTrials) ?? 8,
+          serveWorkflows: true,
+        })
+      : undefined;
+    return new Rollout(client, connection, endpoint, workers);
+  }
+
+  /** Validates the config (same schema and errors as job.yaml), saves the job folder and starts the job. */
+  async submitJob(config: JobConfig, options: SubmitOptions = {}): Promise<JobRun> {
+    const job = parseJobConfig(config, `job ${config.name}`, options.baseDir ?? process.cwd());
+    const plan = await planJob(job);
+    if (plan.unsetEnvVars.length > 0 && this.workers) {
+      throw new InputError(
+        plan.unsetEnvVars.map((name) => ({
+          file: `job ${job.name}`,
+          field: 'agents[].env',
+          message: `\${${name}} is not set in this environment`,
+        }))
+      );
+    }
+    await saveJobFolder(job, plan);
+    const handle = await startJobWorkflow(this.client, plan, jobInput(job, plan));
+    return new JobRun(job.name, plan.jobDir, handle);
+  }
+
+  /** A job started earlier (by this process before a restart, or by the CLI): by name. */
+  async job(name: string): Promise<JobRun> {
+    const handle = this.client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(name));
+    const description = await handle.describe().catch(() => undefined);
+    const jobDir = description?.memo?.jobDir;
+    if (typeof jobDir !== 'string')
+      throw new InputError([{ file: name, message: 'no such job on this Temporal server' }]);
+    return new JobRun(name, jobDir, handle);
+  }
+
+  /** One trial of one task, outside any Job workflow; its result goes to `<jobsDir>/<job>/<trial>/`. */
+  async submitTrial(request: TrialRequest): Promise<TrialRun> {
+    const jobName = request.job ?? 'trials';
+    const job = parseJobConfig(
+      {
+        name: jobName,
+        jobs_dir: request.jobsDir ?? 'jobs',
+        environment: { type: request.environment ?? 'docker' },
+        agents: [request.agent],
+        datasets: [{ path: request.task }],
+      },
+      `trial ${request.task}`,
+      process.cwd()
+    );
+    const spec = await singleTrialSpec(
+      job,
+      request.id ?? `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`
+    );
+    await saveJobConfig(job, spec.jobDir);
+    const handle = await startTrialWorkflow(this.client, spec);
+    return new TrialRun(spec, handle);
+  }
+
+  /** Stops this process's workers (trials they hold pause until a worker runs again) and disconnects. */
+  async close(): Promise<void> {
+    await this.workers?.stop();
+    await this.connection.close();
+  }
+}
+
+/**
+ * The spec of one trial of a one-task job, named `<task>__<id>`: the id makes it unique and idempotent (the same id
+ * is the same Temporal workflow).
+ */
+export async function singleTrialSpec(job: ResolvedJob, id: string, taskName?: string): Promise<TrialSpec> {
+  const plan = await planJob(job);
+  const planned = plan.trials.find((t) => taskName === undefined || t.spec.taskName === taskName);
+  if (!planned) throw new InputError([{ file: `job ${job.name}`, field: 'task', message: `no task "${taskName}"` }]);
+  const trialName = sanitize(`${planned.spec.taskName}__${id}`);
+  return { ...planned.spec, trialName, trialId: boundedId(`${job.name}/${trialName}`), attempt: 1 };
+}
+
+export class JobRun {
+  constructor(
+    readonly name: string,
+    /** The job folder: config.json, plan.jsonl, result.json and one folder per trial. */
+    readonly dir: string,
+    private readonly handle: WorkflowHandle<typeof jobWorkflow>
+  ) {}
+
+  get workflowId(): string {
+    return this.handle.workflowId;
+  }
+
+  /** Counts so far (needs a worker serving workflows to answer). */
+  progress(): Promise<JobProgress> {
+    return this.handle.query(jobProgressQuery);
+  }
+
+  /**
+   * Each trial's result as it finishes (those already finished first), until the job ends. With `consumer`, what
+   * that consumer took is remembered in the job folder (`delivered/<consumer>.jsonl`, written when it asks for the
+   * next one): after a restart it gets only what it had not taken yet, including trials that finished meanwhile.
+   */
+  async *results(options: { consumer?: string; pollMs?: number } = {}): AsyncGenerator<TrialResult> {
+    const trialNames = (await readPlanPage(this.dir, 0, Number.MAX_SAFE_INTEGER)).map((t) => t.spec.trialName);
+    const deliveredFile = options.consumer
+      ? path.join(this.dir, 'delivered', `${sanitize(options.consumer)}.jsonl`)
+      : undefined;
+    const delivered = deliveredFile ? await readLines(deliveredFile) : new Set<string>();
+    const pending = trialNames.filter((name) => !delivered.has(name));
+    if (deliveredFile) await mkdir(path.dirname(deliveredFile), { recursive: true });
+    while (pending.length > 0) {
+      // Read the status first: a result written before the job closed is still seen by the pass below.
+      const closed = (await this.handle.describe()).status.name !== 'RUNNING';
+      for (const name of [...pending]) {
+        const result = await readJson<TrialResult>(jobFiles.trialResult(this.dir, name));
+        if (!result) continue;
+        pending.splice(pending.indexOf(name), 1);
+        yield result;
+        if (deliveredFile) await appendFile(deliveredFile, `${name}\n`);
+      }
+      if (closed) return;
+      await sleep(options.pollMs ?? POLL_MS);
+    }
+  }
+
+  /** Waits for the job to end; its result.json. */
+  async result(): Promise<JobResult> {
+    await this.handle.result();
+    const result = await readJson<JobResult>(jobFiles.result(this.dir));
+    if (!result) throw new Error(`${jobFiles.result(this.dir)}: missing after the job ended`);
+    return result;
+  }
+
+  /** Cancels the job: running trials clean up (a worker must run), finished results are kept. */
+  async cancel(): Promise<JobProgress> {
+    await this.handle.cancel();
+    return this.handle.result();
+  }
+}
+
+export class TrialRun {
+  constructor(
+    readonly spec: TrialSpec,
+    private readonly handle: WorkflowHandle<typeof trialWorkflow>
+  ) {}
+
+  get trialName(): string {
+    return this.spec.trialName;
+  }
+
+  get dir(): string {
+    return jobFiles.trialDir(this.spec.jobDir, this.spec.trialName);
+  }
+
+  /** Waits for the trial to end; its result.json. */
+  async result(): Promise<TrialResult> {
+    await this.handle.result();
+    const result = await readJson<TrialResult>(jobFiles.trialResult(this.spec.jobDir, this.spec.trialName));
+    if (!result) throw new Error(`${this.dir}/result.json: missing after the trial ended`);
+    return result;
+  }
+
+  async cancel(): Promise<void> {
+    await this.handle.cancel();
+    await this.handle.result();
+  }
+}
+
+async function readLines(file: string): Promise<Set<string>> {
+  try {
+    return new Set((await readFile(file, 'utf8')).split('\n').filter((line) => line.length > 0));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return new Set();
+    throw err;
+  }
+}
