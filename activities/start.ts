@@ -27,7 +27,7 @@ export function startEnvironment(deps: ActivityDeps) {
           jobName: spec.jobName,
           trialId: spec.trialId,
           trialName: spec.trialName,
-          hostId: deps.hostId,
+          workerId: deps.hostId,
           resources: spec.resources,
           env: { ...resolveWorkerEnv(task.config.environment.env), ROLLOUT_TASK_INSTRUCTION: task.instruction },
           workdir: task.config.environment.workdir,

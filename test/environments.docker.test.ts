@@ -20,7 +20,9 @@ import { environmentKey } from '../src/environments/env-key';
 import type { BuildRequest, StartRequest } from '../src/environments/environment';
 import {
   LABEL_ENV_KEY,
+  LABEL_DEPLOYMENT,
   LABEL_HOST,
+  LABEL_WORKER,
   LABEL_JOB,
   LABEL_TRIAL,
   TaskEnvironmentError,
@@ -33,7 +35,8 @@ import { TEST_HOST_ID } from './support/temporal';
 const docker = new Docker();
 const jobName = `env-test-${randomBytes(3).toString('hex')}`;
 const hostId = `env-${TEST_HOST_ID}`;
-const environment = new DockerEnvironment({ hostId });
+const deployment = `env-test-${TEST_HOST_ID}`;
+const environment = new DockerEnvironment({ hostId, deployment });
 const scratch: string[] = [];
 let image: string;
 let handle: EnvironmentHandle;
@@ -58,7 +61,7 @@ function startRequest(trial: string, overrides: Partial<StartRequest> = {}): Sta
     jobName,
     trialId: `${jobName}/${trial}`,
     trialName: trial,
-    hostId,
+    workerId: `${hostId}~2`,
     resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 2 ** 30 },
     env: {},
     ...overrides,
@@ -91,7 +94,11 @@ describe('DockerEnvironment', () => {
   });
 
   it('reports an unreachable daemon in one line with its address', async () => {
-    const nowhere = new DockerEnvironment({ hostId, docker: new Docker({ socketPath: '/nonexistent/docker.sock' }) });
+    const nowhere = new DockerEnvironment({
+      hostId,
+      deployment,
+      docker: new Docker({ socketPath: '/nonexistent/docker.sock' }),
+    });
     await assert.rejects(nowhere.ping(), /^Error: Docker daemon unreachable at \/nonexistent\/docker.sock: .*ENOENT/);
   });
 
@@ -189,6 +196,8 @@ describe('DockerEnvironment', () => {
       [LABEL_JOB]: jobName,
       [LABEL_TRIAL]: `${jobName}/trial-1`,
       [LABEL_HOST]: hostId,
+      [LABEL_WORKER]: `${hostId}~2`,
+      [LABEL_DEPLOYMENT]: deployment,
     });
     assert.match(info.Name, /^\/rollout-trial-1-[0-9a-f]{8}$/);
     assert.equal(handle.workdir, '/work');

@@ -17,7 +17,7 @@ import { TaskConfigSchema } from '../src/task/schema';
 import type { StartRequest } from '../src/environments/environment';
 import type { EnvironmentHandle } from '../src/trial/types';
 
-const environment = new LocalEnvironment();
+const environment = new LocalEnvironment({ hostId: 'test', deployment: 'local-test' });
 const runId = randomBytes(3).toString('hex');
 const trialId = `local-test-${runId}/trial-1`;
 const scratch: string[] = [];
@@ -30,7 +30,7 @@ function startRequest(env: Record<string, string> = {}): StartRequest {
     jobName: `local-test-${runId}`,
     trialId,
     trialName: 'trial-1',
-    hostId: 'test',
+    workerId: 'test',
     resources,
     env,
   };

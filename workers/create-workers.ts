@@ -7,15 +7,24 @@ import { createProviderActivities, jobActivities } from '../activities';
 import type { Environment } from '../src/environments/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
+import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
+import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { CountingTrialSlots } from './trial-slots';
 
 export interface WorkerSetOptions {
   connection: NativeConnection;
+  /** The Temporal server's address and namespace: the deployment whose environments these workers own. */
+  address: string;
   namespace: string;
-  /** Names this host's task queues; stable across restarts so a restarted worker picks up its own trials. */
+  /** The host whose environments these workers create and its janitor looks after (`--host-id`). */
   hostId?: string;
+  /**
+   * Names this process's host task queue: stable across restarts so a restarted worker picks up its own trials, and
+   * its own among processes sharing the host id (see host-lease.ts). Defaults to the host id.
+   */
+  workerId?: string;
   environmentTypes: EnvironmentType[];
   /** Trials this worker may hold at once (each holds a container between its steps). */
   maxTrials: number;
@@ -34,22 +43,26 @@ export function defaultHostId(): string {
  * host's own queue (lifecycle steps); optionally the workflow worker.
  */
 export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]> {
-  const hostId = options.hostId ?? defaultHostId();
-  const identity = `${hostId}/${process.pid}`;
+  const owner = {
+    hostId: options.hostId ?? defaultHostId(),
+    deployment: deploymentId(options.address, options.namespace),
+  };
+  const workerId = options.workerId ?? owner.hostId;
+  const identity = `${workerId}/${process.pid}`;
   const slots = new CountingTrialSlots(options.maxTrials);
   const environments = new Map<EnvironmentType, Environment>();
   const deps = {
-    hostId,
+    hostId: workerId,
     slots,
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {
-        environment = createEnvironment(type, hostId);
+        environment = createEnvironment(type, owner);
         environments.set(type, environment);
       }
       return environment;
     },
-    hostQueue: (type: EnvironmentType) => hostQueue(type, hostId),
+    hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
   };
   const activities = createProviderActivities(deps);
   const common = { connection: options.connection, namespace: options.namespace, identity, shutdownGraceTime: 5_000 };
@@ -65,7 +78,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       }),
       Worker.create({
         ...common,
-        taskQueue: hostQueue(type, hostId),
+        taskQueue: hostQueue(type, workerId),
         activities,
         // One step per held trial, plus clean-ups and image removals that may overlap.
         maxConcurrentActivityTaskExecutions: options.maxTrials * 2 + 4,
@@ -99,26 +112,46 @@ export async function runWorkers(workers: Worker[]): Promise<void> {
 }
 
 export interface RunningWorkers {
+  /** The host id this process's queue is named after (the host id, or `<host id>~<n>` when others share it). */
+  workerId: string;
   /** Resolves when the workers stop (a shutdown signal, or stop()). */
   done: Promise<void>;
   stop(): Promise<void>;
 }
 
+/** How often a running worker looks for environments of trials that moved on or ended without cleanup. */
+const JANITOR_INTERVAL_MS = 60_000;
+
 /**
- * Starts this process's workers: first removes environments this host holds for trials that no longer run (a crash
- * left them), then serves the queues until stopped.
+ * Starts this process's workers: leases its own host queue, removes environments this host holds for trials that no
+ * longer run (a crash left them), then serves the queues until stopped, cleaning up again now and then.
  */
 export async function startWorkers(
-  options: Omit<WorkerSetOptions, 'connection'> & { address: string; client: Client }
+  options: Omit<WorkerSetOptions, 'connection' | 'workerId'> & { client: Client }
 ): Promise<RunningWorkers> {
-  const hostId = options.hostId ?? defaultHostId();
-  for (const type of options.environmentTypes) {
-    await removeAbandonedEnvironments(options.client, hostId, createEnvironment(type, hostId));
-  }
+  const owner = {
+    hostId: options.hostId ?? defaultHostId(),
+    deployment: deploymentId(options.address, options.namespace),
+  };
+  const clean = async (checkRunningTrials: boolean) => {
+    for (const type of options.environmentTypes) {
+      await removeAbandonedEnvironments(options.client, createEnvironment(type, owner), { type, checkRunningTrials });
+    }
+  };
+  await clean(false);
+  const lease = await leaseWorkerId(owner.hostId, owner.deployment);
   const connection = await NativeConnection.connect({ address: options.address });
-  const workers = await createWorkers({ ...options, hostId, connection });
-  const done = runWorkers(workers).finally(() => connection.close());
+  const workers = await createWorkers({ ...options, hostId: owner.hostId, workerId: lease.workerId, connection });
+  const janitor = setInterval(() => {
+    clean(true).catch((err: unknown) => console.error(`warning: janitor: ${(err as Error).message}`));
+  }, JANITOR_INTERVAL_MS);
+  const done = runWorkers(workers).finally(async () => {
+    clearInterval(janitor);
+    await connection.close();
+    await lease.release();
+  });
   return {
+    workerId: lease.workerId,
     done,
     async stop() {
       for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();

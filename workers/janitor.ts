@@ -1,31 +1,57 @@
 import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 
-import type { Environment } from '../src/environments/environment';
+import type { Environment, HeldEnvironment } from '../src/environments/environment';
+import type { EnvironmentType } from '../src/job/schema';
+import { hostQueue } from '../src/temporal/queues';
+import { trialStateQuery } from '../workflows/messages';
+
+const QUERY_TIMEOUT_MS = 10_000;
 
 /**
- * Run when a worker starts: removes what this host still holds for trials that are no longer running (their worker
- * crashed before cleanup, or the trial was terminated). Environments of running trials are left to the trials, which
- * replace them on their next attempt.
+ * Removes what this host holds, for this deployment only, that no trial needs any more: environments of trials that
+ * are no longer running (their worker crashed before cleanup, or the trial was terminated) and, with
+ * `checkRunningTrials`, those of running trials that restarted on another worker (this host was lost for a while, and
+ * the trial moved on). Environments a running trial may still use are left to it: its next attempt replaces them.
  */
 export async function removeAbandonedEnvironments(
   client: Client,
-  hostId: string,
-  environment: Environment
+  environment: Environment,
+  options: { type: EnvironmentType; checkRunningTrials: boolean }
 ): Promise<number> {
   let removed = 0;
-  for (const trialId of await environment.heldTrials(hostId)) {
-    const status = await client.workflow
-      .getHandle(trialId)
-      .describe()
-      .then(
-        (description) => description.status.name,
-        (err: unknown) => {
-          if (err instanceof WorkflowNotFoundError) return 'NOT_FOUND';
-          throw err;
-        }
-      );
-    if (status !== 'RUNNING') removed += await environment.removeTrial(trialId);
+  for (const held of await environment.heldEnvironments()) {
+    if (await isAbandoned(client, held, options)) {
+      await environment.remove({ id: held.id, workdir: '/' });
+      removed += 1;
+    }
   }
   return removed;
+}
+
+async function isAbandoned(
+  client: Client,
+  held: HeldEnvironment,
+  options: { type: EnvironmentType; checkRunningTrials: boolean }
+): Promise<boolean> {
+  const handle = client.workflow.getHandle(held.trialId);
+  const status = await handle.describe().then(
+    (description) => description.status.name,
+    (err: unknown) => {
+      if (err instanceof WorkflowNotFoundError) return 'NOT_FOUND';
+      throw err;
+    }
+  );
+  if (status !== 'RUNNING') return true;
+  if (!options.checkRunningTrials || held.workerId === null) return false;
+  // Only a trial that answers can say where it runs now; one that does not (no workflow worker yet) keeps its own.
+  const state = await Promise.race([
+    handle.query(trialStateQuery).catch(() => undefined),
+    new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), QUERY_TIMEOUT_MS).unref()),
+  ]);
+  return (
+    state?.hostQueue !== undefined &&
+    state.hostQueue !== null &&
+    state.hostQueue !== hostQueue(options.type, held.workerId)
+  );
 }

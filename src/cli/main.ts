@@ -62,7 +62,7 @@ export function buildProgram(): Command {
         serveWorkflows: opts.workflows,
       });
       console.error(
-        `worker ${opts.hostId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
+        `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
       );
       await workers.done;
       await connection.close();

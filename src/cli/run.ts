@@ -64,7 +64,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
       }))
     );
   }
-  if (options.worker) await createEnvironment(job.environment.type, 'preflight').ping();
+  if (options.worker) await createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping();
   await saveJobFolder(job, plan);
 
   const endpoint = await resolveTemporal({ startDevServer: true });

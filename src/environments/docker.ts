@@ -18,7 +18,16 @@ import type {
   StartRequest,
   StartResult,
 } from './environment';
-import { LABEL_ENV_KEY, LABEL_HOST, LABEL_JOB, LABEL_TRIAL, TaskEnvironmentError } from './environment';
+import type { EnvironmentOwner, HeldEnvironment } from './environment';
+import {
+  LABEL_DEPLOYMENT,
+  LABEL_ENV_KEY,
+  LABEL_HOST,
+  LABEL_JOB,
+  LABEL_TRIAL,
+  LABEL_WORKER,
+  TaskEnvironmentError,
+} from './environment';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
@@ -46,16 +55,21 @@ interface ProgressEvent {
 export class DockerEnvironment implements Environment {
   readonly type = 'docker';
   private readonly docker: Docker;
-  private readonly hostId: string;
+  private readonly owner: EnvironmentOwner;
   /** Builds in flight by image: concurrent trials of one environment wait for one build. */
   private readonly builds = new Map<string, BuildInFlight>();
   /** Shell of each container: bash when its image has it, else sh. */
   private readonly shells = new Map<string, string>();
   private hostCpus: number | undefined;
 
-  constructor(options: { hostId: string; docker?: Docker }) {
+  constructor(options: EnvironmentOwner & { docker?: Docker }) {
     this.docker = options.docker ?? new Docker();
-    this.hostId = options.hostId;
+    this.owner = { hostId: options.hostId, deployment: options.deployment };
+  }
+
+  /** Label filters for what this host and deployment own. */
+  private ownedBy(...more: string[]): { label: string[] } {
+    return { label: [`${LABEL_HOST}=${this.owner.hostId}`, `${LABEL_DEPLOYMENT}=${this.owner.deployment}`, ...more] };
   }
 
   async ping(): Promise<void> {
@@ -123,7 +137,12 @@ export class DockerEnvironment implements Environment {
     try {
       const stream = await this.docker.buildImage(packed(request.contextDir), {
         t: tag,
-        labels: { [LABEL_JOB]: request.jobName, [LABEL_ENV_KEY]: request.envKey },
+        labels: {
+          [LABEL_JOB]: request.jobName,
+          [LABEL_ENV_KEY]: request.envKey,
+          [LABEL_HOST]: this.owner.hostId,
+          [LABEL_DEPLOYMENT]: this.owner.deployment,
+        },
         forcerm: true,
         abortSignal: signal,
       });
@@ -190,7 +209,9 @@ export class DockerEnvironment implements Environment {
       Labels: {
         [LABEL_JOB]: request.jobName,
         [LABEL_TRIAL]: request.trialId,
-        [LABEL_HOST]: request.hostId || this.hostId,
+        [LABEL_HOST]: this.owner.hostId,
+        [LABEL_WORKER]: request.workerId,
+        [LABEL_DEPLOYMENT]: this.owner.deployment,
       },
       HostConfig: {
         NanoCpus: await this.nanoCpus(request.resources.cpus),
@@ -342,15 +363,19 @@ export class DockerEnvironment implements Environment {
   async removeTrial(trialId: string): Promise<number> {
     const containers = await this.docker.listContainers({
       all: true,
-      filters: { label: [`${LABEL_TRIAL}=${trialId}`] },
+      filters: this.ownedBy(`${LABEL_TRIAL}=${trialId}`),
     });
     for (const container of containers) await this.remove({ id: container.Id, workdir: '/' });
     return containers.length;
   }
 
-  async heldTrials(hostId: string): Promise<string[]> {
-    const containers = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL_HOST}=${hostId}`] } });
-    return [...new Set(containers.map((container) => container.Labels[LABEL_TRIAL]).filter((id) => id !== undefined))];
+  async heldEnvironments(): Promise<HeldEnvironment[]> {
+    const containers = await this.docker.listContainers({ all: true, filters: this.ownedBy(LABEL_TRIAL) });
+    return containers.map((container) => ({
+      id: container.Id,
+      trialId: container.Labels[LABEL_TRIAL] ?? '',
+      workerId: container.Labels[LABEL_WORKER] ?? null,
+    }));
   }
 
   async removeImage(image: string): Promise<boolean> {

@@ -5,11 +5,35 @@
  */
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
 
-/** Labels on every container and image Rollout creates, so anything left behind can be found and removed. */
+/**
+ * Labels on every container and image Rollout creates: who owns it, so anything left behind can be found, and
+ * clean-up removes only what it owns (another Rollout on the same Docker host, against another Temporal server, has
+ * another deployment).
+ */
 export const LABEL_JOB = 'rollout.job';
 export const LABEL_TRIAL = 'rollout.trial';
+/** The host id (`--host-id`, default the machine's name) whose janitor looks after it. */
 export const LABEL_HOST = 'rollout.host';
+/** The worker process's own host id (its task queue), leased from the host id: see workers/host-lease.ts. */
+export const LABEL_WORKER = 'rollout.worker';
+export const LABEL_DEPLOYMENT = 'rollout.deployment';
 export const LABEL_ENV_KEY = 'rollout.env-key';
+
+/** Who a worker's environments belong to. */
+export interface EnvironmentOwner {
+  /** The host id the janitor scans (`--host-id`). */
+  hostId: string;
+  /** The Temporal server and namespace the worker serves (src/temporal/deployment.ts). */
+  deployment: string;
+}
+
+/** A container (or local root) this host holds for a trial, and the worker that made it. */
+export interface HeldEnvironment {
+  /** What remove() takes as the handle's id. */
+  id: string;
+  trialId: string;
+  workerId: string | null;
+}
 
 export interface BuildRequest {
   /** The task's environment/ folder. */
@@ -37,7 +61,8 @@ export interface StartRequest {
   jobName: string;
   trialId: string;
   trialName: string;
-  hostId: string;
+  /** The worker's own host id (its task queue): recorded so a janitor can tell a stale attempt's container. */
+  workerId: string;
   resources: TrialResources;
   /** Environment variables of the environment itself (ROLLOUT_TASK_INSTRUCTION, [environment.env]). */
   env: Record<string, string>;
@@ -85,10 +110,10 @@ export interface Environment {
   stop(handle: EnvironmentHandle): Promise<void>;
   /** Removes the environment; idempotent (a missing one is not an error). */
   remove(handle: EnvironmentHandle): Promise<void>;
-  /** Removes everything this host still holds for a trial (by label); returns how many were removed. */
+  /** Removes everything this host and deployment still hold for a trial (by label); returns how many were removed. */
   removeTrial(trialId: string): Promise<number>;
-  /** Trials this host still holds an environment for (by label), so a restarted worker can clean up after a crash. */
-  heldTrials(hostId: string): Promise<string[]>;
+  /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
+  heldEnvironments(): Promise<HeldEnvironment[]>;
   /** Removes an image Rollout built; idempotent, and refuses (returns false) while a container still uses it. */
   removeImage(image: string): Promise<boolean>;
 }

@@ -5,11 +5,11 @@ import type { Problem } from '../errors';
 import type { EnvironmentType } from '../job/schema';
 import type { EnvironmentRequirement } from '../task/load';
 import { DockerEnvironment } from './docker';
-import type { Environment } from './environment';
+import type { Environment, EnvironmentOwner } from './environment';
 import { LocalEnvironment } from './local';
 
-export function createEnvironment(type: EnvironmentType, hostId: string): Environment {
-  return type === 'docker' ? new DockerEnvironment({ hostId }) : new LocalEnvironment();
+export function createEnvironment(type: EnvironmentType, owner: EnvironmentOwner): Environment {
+  return type === 'docker' ? new DockerEnvironment(owner) : new LocalEnvironment(owner);
 }
 
 /** What each environment type needs in a task's environment/ folder (the spec leaves this to the type). */

@@ -6,7 +6,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import type { EnvironmentHandle } from '../trial/types';
-import type { BuildResult, Environment, ExecRequest, ExecResult, StartRequest, StartResult } from './environment';
+import type {
+  BuildResult,
+  Environment,
+  EnvironmentOwner,
+  ExecRequest,
+  ExecResult,
+  StartRequest,
+  StartResult,
+} from './environment';
 import { makeRealDirectory } from './host-files';
 
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
@@ -32,6 +40,13 @@ const PIPE_GRACE_MS = 2000;
 export class LocalEnvironment implements Environment {
   readonly type = 'local';
 
+  constructor(private readonly owner: EnvironmentOwner) {}
+
+  /** Roots are named after the deployment and trial: another deployment's trial of the same id is not this one. */
+  private rootPrefix(trialId: string): string {
+    return `${ROOT_PREFIX}${this.owner.deployment}-${trialTag(trialId)}-`;
+  }
+
   ping(): Promise<void> {
     return Promise.resolve();
   }
@@ -41,7 +56,7 @@ export class LocalEnvironment implements Environment {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
-    const root = await mkdtemp(path.join(tmpdir(), `${ROOT_PREFIX}${trialTag(request.trialId)}-`));
+    const root = await mkdtemp(path.join(tmpdir(), this.rootPrefix(request.trialId)));
     for (const dir of ['logs/agent', 'logs/verifier', 'app']) await mkdir(path.join(root, dir), { recursive: true });
     await writeFile(path.join(root, START_ENV_FILE), JSON.stringify(request.env));
     return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced: ['cpus', 'memory', 'storage'] };
@@ -88,14 +103,14 @@ export class LocalEnvironment implements Environment {
   }
 
   async removeTrial(trialId: string): Promise<number> {
-    const prefix = `${ROOT_PREFIX}${trialTag(trialId)}-`;
+    const prefix = this.rootPrefix(trialId);
     const roots = (await readdir(tmpdir())).filter((name) => name.startsWith(prefix));
     await Promise.all(roots.map((name) => rm(path.join(tmpdir(), name), { recursive: true, force: true })));
     return roots.length;
   }
 
   /** Local roots are temporary folders named after a shortened trial id: nothing to reclaim by id. */
-  heldTrials(): Promise<string[]> {
+  heldEnvironments(): Promise<[]> {
     return Promise.resolve([]);
   }
 

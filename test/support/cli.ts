@@ -19,20 +19,37 @@ export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...process.env, TEMPORAL_ADDRESS: TEST_ADDRESS, ROLLOUT_HOST_ID: TEST_HOST_ID, ...extra };
 }
 
-export function startCli(
-  args: string[],
-  options: { cwd: string; env?: Record<string, string> }
-): ChildProcess & { output: Promise<CliRun> } {
+/** Longest a CLI run may take in a test before it is killed (its result then says so in stderr). */
+const CLI_TIMEOUT_MS = 10 * 60_000;
+
+export interface CliOptions {
+  cwd: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+}
+
+/** Starts the CLI; it is killed (SIGKILL) if it runs past the timeout, so no test waits on it for ever. */
+export function startCli(args: string[], options: CliOptions): ChildProcess & { output: Promise<CliRun> } {
   const child = spawn(process.execPath, [CLI, ...args], { cwd: options.cwd, env: cliEnv(options.env) });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const output = new Promise<CliRun>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  const timeoutMs = options.timeoutMs ?? CLI_TIMEOUT_MS;
+  const timer = setTimeout(() => {
+    stderr += `\n[test] rollout ${args.join(' ')} killed after ${timeoutMs / 1000} s\n`;
+    child.kill('SIGKILL');
+  }, timeoutMs);
+  const output = new Promise<CliRun>((resolve) =>
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    })
+  );
   return Object.assign(child, { output });
 }
 
-export function runCli(args: string[], options: { cwd: string; env?: Record<string, string> }): Promise<CliRun> {
+export function runCli(args: string[], options: CliOptions): Promise<CliRun> {
   return startCli(args, options).output;
 }
 

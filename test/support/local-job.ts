@@ -61,9 +61,11 @@ export async function localWorkers(options: {
   serveWorkflows?: boolean;
   address?: string;
 }) {
-  const connection = await NativeConnection.connect({ address: options.address ?? TEST_ADDRESS });
+  const address = options.address ?? TEST_ADDRESS;
+  const connection = await NativeConnection.connect({ address });
   const workers: Worker[] = await createWorkers({
     connection,
+    address,
     namespace: 'default',
     hostId: options.hostId,
     environmentTypes: ['local'],
