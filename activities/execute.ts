@@ -17,8 +17,17 @@ export function executeAgent(deps: ActivityDeps) {
     const { agent, run } = await prepareAgentRun(deps, input, spec.timeouts.execute);
     await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${spec.timeouts.execute} s)`);
     try {
-      const result = await heartbeating(() => agent.execute(run));
-      await log(spec, 'execute', result.timedOut ? 'timed out: every agent process killed' : `exit ${result.exitCode}`);
+      const result = await heartbeating(async () => {
+        const executed = await agent.execute(run);
+        // Whatever the agent left running (a daemon rewriting what the verifier checks) must not outlive its step.
+        await run.environment.killAll(run.handle);
+        return executed;
+      });
+      await log(
+        spec,
+        'execute',
+        `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: every process the agent started killed`
+      );
       return { exitCode: result.exitCode, timedOut: result.timedOut };
     } catch (err) {
       if (err instanceof SolutionNotFoundError) throw taskFailure('SolutionNotFoundError', err.message);

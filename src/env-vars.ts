@@ -42,8 +42,7 @@ export function resolveEnvWithSecrets(
     resolved[key] = value.replace(REFERENCE, (_whole, name: string, fallback: string | undefined) => {
       const found = source[name];
       if (found !== undefined && found !== '') {
-        // Very short values would redact ordinary text everywhere; they are too weak to be keys anyway.
-        if (found.length >= 4) secrets.add(found);
+        secrets.add(found); // any length: see src/results/scrub.ts for how short values are matched
         return found;
       }
       if (fallback !== undefined) return fallback;

@@ -16,6 +16,7 @@ import { LocalEnvironment, mapContainerPath } from '../src/environments/local';
 import { TaskConfigSchema } from '../src/task/schema';
 import type { StartRequest } from '../src/environments/environment';
 import type { EnvironmentHandle } from '../src/trial/types';
+import { waitFor } from './support/wait';
 
 const environment = new LocalEnvironment({ hostId: 'test', deployment: 'local-test' });
 const runId = randomBytes(3).toString('hex');
@@ -99,6 +100,31 @@ describe('LocalEnvironment', () => {
     });
     const inLogs = await environment.exec(handle, { command: 'pwd', cwd: '/logs/agent' });
     assert.equal(inLogs.stdout, `${handle.id}/logs/agent\n`);
+  });
+
+  it("gives commands only the variables they were given, not the worker's own environment", async () => {
+    process.env.ROLLOUT_TEST_WORKER_CREDENTIAL = 'worker-only-value';
+    try {
+      const result = await environment.exec(handle, {
+        command: 'echo "[$ROLLOUT_TEST_WORKER_CREDENTIAL]"; env | cut -d= -f1 | sort | tr "\\n" " "',
+        env: { GIVEN: '1' },
+      });
+      assert.match(result.stdout, /^\[\]\n/);
+      const names = result.stdout.split('\n')[1]!.trim().split(' ');
+      assert.ok(names.includes('GIVEN') && names.includes('PATH') && names.includes('ROLLOUT_ROOT'), names.join());
+      assert.ok(!names.includes('ROLLOUT_TEST_WORKER_CREDENTIAL'));
+    } finally {
+      delete process.env.ROLLOUT_TEST_WORKER_CREDENTIAL;
+    }
+  });
+
+  it('kills every process commands started, also those that left their process group', async () => {
+    const sleep = uniqueSleep();
+    const result = await environment.exec(handle, { command: `setsid ${sleep} >/dev/null 2>&1 & echo started` });
+    assert.equal(result.stdout, 'started\n');
+    assert.equal(await processesWith(sleep), 1, 'the detached process runs after the command ended');
+    await environment.killAll(handle);
+    await waitFor('the detached process killed', async () => (await processesWith(sleep)) === 0, 10_000);
   });
 
   it('kills the whole process group when the timeout passes', async () => {

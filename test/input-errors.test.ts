@@ -4,11 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
-import { runCli, workspace } from './support/cli';
+import type { CliRun } from './support/cli';
+import { startCli, workspace } from './support/cli';
 
 let dir: string;
 
@@ -18,6 +20,30 @@ async function write(file: string, content: string): Promise<void> {
 }
 
 const JOB = ['agents:', '  - name: oracle', 'datasets:', '  - path: tasks', ''].join('\n');
+
+/** The CLI, killed (and the test failed with the reason) if it has not exited within a minute. */
+async function runCli(args: string[], options: { cwd: string }): Promise<CliRun> {
+  const child = startCli(args, options);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+  const run = await child.output;
+  clearTimeout(timer);
+  assert.notEqual(run.code, null, `the CLI did not exit within 60 s; stderr: ${run.stderr}`);
+  return run;
+}
+
+async function writeTask(name: string, files: Record<string, string | Buffer> = {}): Promise<void> {
+  const all = {
+    'task.toml': 'version = "1.0"\n',
+    'instruction.md': 'x',
+    'tests/test.sh': 'true',
+    'environment/Dockerfile': 'FROM debian:bookworm-slim',
+    ...files,
+  };
+  for (const [file, content] of Object.entries(all)) {
+    await mkdir(path.dirname(path.join(dir, name, file)), { recursive: true });
+    await writeFile(path.join(dir, name, file), content);
+  }
+}
 
 async function expectInputError(job: string, patterns: RegExp[]): Promise<string> {
   await write('job.yaml', job);
@@ -83,6 +109,60 @@ describe('invalid input', () => {
         await rm(path.join(dir, 'tasks', task), { recursive: true, force: true });
       }
     }
+  });
+
+  it('refuses an instruction.md that is a FIFO (or any non-regular file) with one line, without hanging', async () => {
+    await writeTask('tasks/fifo', { 'instruction.md': 'x' });
+    await rm(path.join(dir, 'tasks/fifo/instruction.md'));
+    execFileSync('mkfifo', [path.join(dir, 'tasks/fifo/instruction.md')]);
+    try {
+      await expectInputError(JOB, [/fifo\/instruction\.md: not a regular file$/m]);
+    } finally {
+      await rm(path.join(dir, 'tasks', 'fifo'), { recursive: true, force: true });
+    }
+  });
+
+  it('refuses bytes that are not UTF-8 in task.toml and instruction.md, naming the file and the offset', async () => {
+    await writeTask('tasks/latin1-toml', { 'task.toml': Buffer.from('version = "1.0"\n# caf\xe9\n', 'latin1') });
+    await writeTask('tasks/latin1-md', { 'instruction.md': Buffer.from('Write caf\xe9 to a file.', 'latin1') });
+    try {
+      await expectInputError(JOB, [
+        /latin1-toml\/task\.toml: not valid UTF-8 \(first bad byte at offset 21\)/,
+        /latin1-md\/instruction\.md: not valid UTF-8 \(first bad byte at offset 9\)/,
+      ]);
+    } finally {
+      for (const task of ['latin1-toml', 'latin1-md']) await rm(path.join(dir, 'tasks', task), { recursive: true });
+    }
+  });
+
+  it('follows links to task folders and reports symlink loops and dangling links', async () => {
+    await writeTask('elsewhere/linked-task', { 'task.toml': 'version = "1.0"\n[agent]\ntimeout_sec = "soon"\n' });
+    await symlink(path.join(dir, 'elsewhere', 'linked-task'), path.join(dir, 'tasks', 'linked-task'));
+    await symlink('.', path.join(dir, 'tasks', 'self'));
+    await symlink('ping', path.join(dir, 'tasks', 'pong'));
+    await symlink('pong', path.join(dir, 'tasks', 'ping'));
+    await symlink('nowhere', path.join(dir, 'tasks', 'dangling'));
+    try {
+      await expectInputError(JOB, [
+        /tasks\/linked-task\/task\.toml: agent\.timeout_sec: /,
+        /tasks\/self: symlink loop/,
+        /tasks\/ping: symlink loop$/m,
+        /tasks\/pong: symlink loop$/m,
+        /tasks\/dangling: broken symlink \(ENOENT\)/,
+      ]);
+    } finally {
+      for (const link of ['linked-task', 'self', 'ping', 'pong', 'dangling']) await rm(path.join(dir, 'tasks', link));
+      await rm(path.join(dir, 'elsewhere'), { recursive: true });
+    }
+  });
+
+  it('names the job file, not "job", in a registry dataset error', async () => {
+    await expectInputError(
+      ['agents:', '  - name: oracle', 'datasets:', '  - registry: { path: registry.json }', '    name: x', ''].join(
+        '\n'
+      ),
+      [/^error: \/.*\/job\.yaml: datasets\.0\.registry: registry datasets are not supported yet/m]
+    );
   });
 
   it('reports a missing job file and a missing dataset folder', async () => {

@@ -1,6 +1,6 @@
 /** task.toml, job.yaml, quantities, env references, rewards and metrics: the formats at the edges, on real files. */
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
@@ -10,7 +10,7 @@ import { InputError } from '../src/errors';
 import { loadJobFile } from '../src/job/load';
 import { parseBytes, parseCpus, parseQuantity } from '../src/quantity';
 import { addTrial, emptyStats, groupMetrics } from '../src/results/job-stats';
-import { loadTask } from '../src/task/load';
+import { loadDataset, loadTask } from '../src/task/load';
 import { readReward } from '../src/trial/reward';
 import type { TrialSummary } from '../src/trial/types';
 
@@ -28,6 +28,39 @@ async function jobFile(yaml: string, name = 'job.yaml'): Promise<string> {
   await writeFile(path.join(dir, name), yaml);
   return path.join(dir, name);
 }
+
+describe('big and linked inputs', () => {
+  it(
+    'validates a 4.6 MB job.yaml of 200,000 keys in linear time (within the test timeout)',
+    { timeout: 120_000 },
+    async () => {
+      const lines = ['agents:', '  - name: oracle', 'datasets:', '  - path: tasks', 'environment:', '  type: docker'];
+      const keys = Array.from({ length: 200_000 }, (_, i) => `  key_number_${i}: value_${i}`);
+      const file = await jobFile([...lines.slice(0, 4), 'metrics_extra:', ...keys, ''].join('\n'));
+      await assert.rejects(loadJobFile(file), (err: unknown) => {
+        assert.ok(err instanceof InputError);
+        assert.deepEqual(err.problems, [{ file, field: 'metrics_extra', message: 'unknown key' }]);
+        return true;
+      });
+    }
+  );
+
+  it('still reports a duplicate key in job.yaml, with its line', async () => {
+    const file = await jobFile('agents:\n  - name: oracle\ndatasets:\n  - path: tasks\nn_attempts: 1\nn_attempts: 2\n');
+    await assert.rejects(loadJobFile(file), /invalid YAML: duplicate key "n_attempts" at line 6/);
+  });
+
+  it('follows a link to a task folder in a dataset', async () => {
+    const dataset = await mkdtemp(path.join(tmpdir(), 'rollout-dataset-'));
+    await symlink(await taskDir('version = "1.0"\n'), path.join(dataset, 'linked'));
+    const loaded = await loadDataset(dataset);
+    assert.deepEqual(loaded.problems, []);
+    assert.deepEqual(
+      loaded.tasks.map((task) => task.name),
+      ['linked']
+    );
+  });
+});
 
 describe('quantities', () => {
   it('parses Kubernetes quantities', () => {
@@ -251,11 +284,32 @@ describe('rewards', () => {
       rewards: { accuracy: 0.95, runtime_sec: 1.23 },
     });
   });
+  it('reads reward.txt as one decimal integer or float, as the spec says', () => {
+    for (const [text, value] of [
+      ['1', 1],
+      ['-0.5\n', -0.5],
+      ['+.25', 0.25],
+      ['3.', 3],
+      ['1e-3', 0.001],
+      ['007', 7],
+    ] as const) {
+      assert.deepEqual(readReward({ txt: text }), { rewards: { reward: value } }, text);
+    }
+  });
+
   it('types missing and unparsable reward files', () => {
     assert.equal((readReward({}) as { error: string }).error, 'RewardFileNotFoundError');
     for (const bad of [
       { txt: 'yes' },
       { txt: '' },
+      { txt: '0x10' },
+      { txt: '0o7' },
+      { txt: '0b1' },
+      { txt: '1e' },
+      { txt: 'Infinity' },
+      { txt: '-Infinity' },
+      { txt: '1 2' },
+      { txt: '1e400' },
       { json: '{"a": "1"}' },
       { json: '[1]' },
       { json: '{"a": {"b": 1}}' },

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
 import { Writable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -255,7 +256,11 @@ export class DockerEnvironment implements Environment {
   /** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
   private async makeLogFolders(handle: EnvironmentHandle): Promise<void> {
     const command = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';
-    const made = await this.exec(handle, { command, user: '0' });
+    const made = await this.exec(handle, { command, user: '0' }).catch((err: unknown) => {
+      // An image that cannot run a shell never could host a trial: a start error, not a broken environment.
+      if (err instanceof TaskEnvironmentError) throw new TaskEnvironmentError('EnvironmentStartError', err.message);
+      throw err;
+    });
     if (made.exitCode !== 0) {
       throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the container: ${made.stderr}`);
     }
@@ -264,26 +269,45 @@ export class DockerEnvironment implements Environment {
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
     request.signal?.throwIfAborted();
     const shell = await this.shellOf(handle.id);
-    const exec = await this.docker.getContainer(handle.id).exec({
+    const { exec, stream } = await this.startExec(handle.id, {
       Cmd: [shell, '-c', request.command],
       Env: envList(request.env ?? {}),
       WorkingDir: request.cwd ?? handle.workdir,
       User: request.user,
-      AttachStdout: true,
-      AttachStderr: true,
     });
-    const stream = await exec.start({ hijack: true, stdin: false });
     const stdout = new OutputTail();
     const stderr = new OutputTail();
     this.docker.modem.demuxStream(stream, stdout, stderr);
     const outcome = await execOutcome(stream, request.timeoutMs, request.signal);
     if (outcome === 'ended') {
-      return { exitCode: await exitCodeOf(exec), stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
+      const exitCode = await exitCodeOf(exec);
+      assertProcessStarted(exitCode, stdout.text() + stderr.text());
+      return { exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
     }
     stream.destroy();
-    await this.killAllButInit(handle.id);
+    await this.killAll(handle);
     if (outcome === 'aborted') throw request.signal?.reason;
     return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
+  }
+
+  /**
+   * Creates and starts an exec. A container that is no longer running, while the daemon answers, was broken from
+   * inside (its PID 1 only sleeps): an outcome of what ran in it, not a failure of the host.
+   */
+  private async startExec(
+    containerId: string,
+    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'Env' | 'WorkingDir' | 'User'>
+  ): Promise<{ exec: Docker.Exec; stream: Duplex }> {
+    let exec: Docker.Exec;
+    try {
+      exec = await this.docker.getContainer(containerId).exec({ ...options, AttachStdout: true, AttachStderr: true });
+    } catch (err) {
+      if (statusCode(err) === 409 && /is not running/i.test(daemonMessage(err))) {
+        throw new TaskEnvironmentError('EnvironmentBrokenError', `the container stopped: ${daemonMessage(err)}`);
+      }
+      throw err;
+    }
+    return { exec, stream: await exec.start({ hijack: true, stdin: false }) };
   }
 
   /** bash when the image has it (checked once per container), else sh. */
@@ -301,22 +325,19 @@ export class DockerEnvironment implements Environment {
    * Kills every process in the container but PID 1 (`sleep`): all that a command started, daemons and processes
    * that left its process group included. As root, so that processes of any user go.
    */
-  private async killAllButInit(containerId: string): Promise<void> {
-    await this.run(containerId, [await this.shellOf(containerId), '-c', 'kill -9 -1 2>/dev/null'], '0');
+  async killAll(handle: EnvironmentHandle): Promise<void> {
+    await this.run(handle.id, [await this.shellOf(handle.id), '-c', 'kill -9 -1 2>/dev/null'], '0');
   }
 
-  /** Runs a command of Rollout's own to its end; its output is not needed, only its exit code. */
+  /** Runs a command of Rollout's own to its end; its output is only needed to tell a broken container. */
   private async run(containerId: string, cmd: string[], user?: string): Promise<number | null> {
-    const exec = await this.docker.getContainer(containerId).exec({
-      Cmd: cmd,
-      User: user,
-      AttachStdout: true,
-      AttachStderr: true,
-    });
-    const stream = await exec.start({ hijack: true, stdin: false });
-    stream.resume();
+    const { exec, stream } = await this.startExec(containerId, { Cmd: cmd, User: user });
+    const output = new OutputTail();
+    stream.pipe(output);
     await execOutcome(stream);
-    return exitCodeOf(exec);
+    const exitCode = await exitCodeOf(exec);
+    assertProcessStarted(exitCode, output.text());
+    return exitCode;
   }
 
   /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
@@ -483,6 +504,20 @@ function execOutcome(
     stream.once('close', () => settle('ended'));
     stream.once('error', (err: Error) => settle(err));
   });
+}
+
+/**
+ * The runtime could not start the exec's process: the container's own files are broken (an agent deleted /bin or
+ * /usr). The daemon answered, so the host is fine; this is the trial's outcome, never a reason to retry.
+ */
+function assertProcessStarted(exitCode: number | null, output: string): void {
+  const failure = /OCI runtime exec failed: exec failed: unable to start container process: .*/.exec(output);
+  if ((exitCode === 126 || exitCode === 127) && failure) {
+    throw new TaskEnvironmentError(
+      'EnvironmentBrokenError',
+      `the container can no longer start a process: ${failure[0].trim()}`
+    );
+  }
 }
 
 /** The exit code once Docker has recorded it: the output stream can end a moment before the exec is marked done. */

@@ -100,6 +100,11 @@ export interface Environment {
   build(request: BuildRequest): Promise<BuildResult>;
   start(request: StartRequest): Promise<StartResult>;
   exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult>;
+  /**
+   * Kills every process commands started in the environment, daemons and processes that left their process group
+   * included (after the agent's step, so nothing of it runs during verification).
+   */
+  killAll(handle: EnvironmentHandle): Promise<void>;
   /** Copies a host file or folder to `containerPath` (a folder's contents land inside containerPath). */
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void>;
   /**
@@ -118,10 +123,13 @@ export interface Environment {
   removeImage(image: string): Promise<boolean>;
 }
 
-/** An error of the task itself (e.g. its Dockerfile fails to build): not retried, recorded as the trial's error. */
+/**
+ * An error of the task itself (its Dockerfile fails to build) or of what ran in the environment (an agent deleted
+ * /bin): not retried, recorded as the trial's error.
+ */
 export class TaskEnvironmentError extends Error {
   constructor(
-    readonly type: 'EnvironmentBuildError' | 'EnvironmentStartError',
+    readonly type: 'EnvironmentBuildError' | 'EnvironmentStartError' | 'EnvironmentBrokenError',
     message: string
   ) {
     super(message);

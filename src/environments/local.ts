@@ -29,6 +29,11 @@ const START_ENV_FILE = 'start-env.json';
  * holds them open. Docker waits as long before it ends an exec's stream.
  */
 const PIPE_GRACE_MS = 2000;
+/**
+ * What a command gets of the worker's own environment: enough to find programs and a home folder, nothing else (no
+ * credentials the worker holds). Everything else a command sees it was given: start env, Rollout's paths, its own.
+ */
+const HOST_VARIABLES = ['PATH', 'HOME', 'LANG', 'TMPDIR'];
 
 /**
  * Runs a trial's steps as host processes in a temporary folder: no isolation, no resource limits. For smoke tests and
@@ -68,7 +73,7 @@ export class LocalEnvironment implements Environment {
     const startEnv = JSON.parse(await readFile(path.join(root, START_ENV_FILE), 'utf8')) as Record<string, string>;
     const child = spawn('bash', ['-c', request.command], {
       cwd: request.cwd ? mapContainerPath(root, request.cwd) : handle.workdir,
-      env: { ...process.env, ...startEnv, ...localVariables(root), ...request.env },
+      env: { ...hostVariables(), ...startEnv, ...localVariables(root), ...request.env },
       detached: true, // its own process group: a timeout kills everything it started
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -78,6 +83,19 @@ export class LocalEnvironment implements Environment {
     if (outcome === 'aborted') throw request.signal?.reason;
     const exitCode = outcome === 'timedOut' ? null : outcome;
     return { exitCode, stdout: stdout(), stderr: stderr(), timedOut: outcome === 'timedOut' };
+  }
+
+  /**
+   * Kills every process that still carries this root's ROLLOUT_ROOT: what commands started, including processes
+   * that left their process group (setsid, daemons). A process that cleared its environment escapes: the local
+   * environment isolates nothing.
+   */
+  async killAll(handle: EnvironmentHandle): Promise<void> {
+    const marker = `\0ROLLOUT_ROOT=${handle.id}\0`;
+    for (const pid of (await readdir('/proc')).filter((name) => /^\d+$/.test(name))) {
+      const environ = await readFile(`/proc/${pid}/environ`, 'utf8').catch(() => '');
+      if (`\0${environ}`.includes(marker)) killProcess(Number(pid));
+    }
   }
 
   /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
@@ -179,12 +197,20 @@ function childOutcome(
 }
 
 function killGroup(child: ChildProcess): void {
-  if (child.pid === undefined) return;
+  if (child.pid !== undefined) killProcess(-child.pid);
+}
+
+/** SIGKILL to a process (or a group, for a negative id) that may already be gone. */
+function killProcess(pid: number): void {
   try {
-    process.kill(-child.pid, 'SIGKILL');
+    process.kill(pid, 'SIGKILL');
   } catch {
-    // The group is already gone.
+    // Already gone.
   }
+}
+
+function hostVariables(): Record<string, string> {
+  return Object.fromEntries(HOST_VARIABLES.flatMap((name) => (process.env[name] ? [[name, process.env[name]]] : [])));
 }
 
 /** Collects the last OUTPUT_LIMIT characters of a pipe; call the result for the text. */

@@ -1,22 +1,28 @@
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { isScalar, LineCounter, parseDocument, visit } from 'yaml';
 
 import { InputError, zodProblems } from '../errors';
 import type { JobConfig } from './schema';
 import { JobConfigSchema } from './schema';
 
-/** A job as resolved from its file: defaults applied, name set, paths absolute. Secrets stay `${VAR}`. */
-export type ResolvedJob = JobConfig & { name: string; jobs_dir: string };
+/**
+ * A job as resolved from its file: defaults applied, name set, paths absolute, and the file itself (so later problems
+ * can name it). Secrets stay `${VAR}`.
+ */
+export type ResolvedJob = JobConfig & { name: string; jobs_dir: string; file: string };
 
 /** Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. */
 export async function loadJobFile(file: string): Promise<ResolvedJob> {
   const absolute = path.resolve(file);
   let text: string;
   try {
+    // A FIFO or device would block the read for ever.
+    if (!(await stat(absolute)).isFile()) throw new InputError([{ file: absolute, message: 'not a regular file' }]);
     text = await readFile(absolute, 'utf8');
   } catch (err) {
+    if (err instanceof InputError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
     throw new InputError([{ file: absolute, message: code === 'ENOENT' ? 'no such file' : `unreadable (${code})` }]);
   }
@@ -46,6 +52,35 @@ export function parseJobConfig(raw: unknown, source: string, baseDir: string): R
 }
 
 /**
+ * YAML with keys checked for uniqueness in one pass: the library's own check compares every key with every other
+ * key of its mapping, which takes minutes on a job file with 200,000 keys.
+ */
+function parseYaml(text: string): unknown {
+  const lines = new LineCounter();
+  const document = parseDocument(text, { uniqueKeys: false, lineCounter: lines });
+  if (document.errors[0]) throw document.errors[0];
+  let duplicate: string | undefined;
+  visit(document, {
+    Map(_, map) {
+      const seen = new Set<unknown>();
+      for (const { key } of map.items) {
+        const name = isScalar(key) ? key.value : key;
+        if (seen.has(name)) {
+          const line = isScalar(key) && key.range ? ` at line ${lines.linePos(key.range[0]).line}` : '';
+          duplicate = `duplicate key ${JSON.stringify(String(name))}${line}`;
+          return visit.BREAK;
+        }
+        seen.add(name);
+      }
+      return undefined;
+    },
+  });
+  if (duplicate) throw new Error(duplicate);
+  return document.toJS();
+}
+
+
+/**
  * Dataset paths are relative to the job file (so a job runs from any folder), falling back to the working folder
  * when only that one exists; jobs_dir is relative to the working folder, like Harbor's `jobs/`.
  */
@@ -53,6 +88,7 @@ function resolveJob(job: JobConfig, file: string, base: string): ResolvedJob {
   return {
     ...job,
     name: job.name ?? path.basename(file).replace(/\.(ya?ml|json)$/, ''),
+    file,
     jobs_dir: path.resolve(job.jobs_dir),
     datasets: job.datasets.map((dataset) => {
       if ('path' in dataset) return { path: resolveExisting(base, dataset.path) };

@@ -50,7 +50,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   for (const [index, dataset] of job.datasets.entries()) {
     if (!('path' in dataset)) {
       problems.push({
-        file: 'job',
+        file: job.file,
         field: `datasets.${index}.registry`,
         message: 'registry datasets are not supported yet; use a local dataset path',
       });

@@ -34,8 +34,8 @@ export async function saveJobFolder(job: ResolvedJob, plan: JobPlan): Promise<vo
 export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<void> {
   const configFile = jobFiles.config(jobDir);
   const existing = await readJson<ResolvedJob>(configFile);
-  // Concurrency and log level may change between runs of the same job.
-  const comparable = (config: ResolvedJob) => ({ ...config, n_concurrent_trials: 0, log_level: 'info' });
+  // Concurrency, log level and where the job file lies may change between runs of the same job.
+  const comparable = (config: ResolvedJob) => ({ ...config, n_concurrent_trials: 0, log_level: 'info', file: '' });
   if (
     existing &&
     !isDeepStrictEqual(comparable(existing), comparable(JSON.parse(JSON.stringify(job)) as ResolvedJob))

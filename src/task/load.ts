@@ -1,4 +1,4 @@
-import { readFile, readdir, stat } from 'node:fs/promises';
+import { readFile, readdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 
@@ -78,31 +78,91 @@ export async function loadDataset(
   if (!(await isDirectory(absolute))) {
     return { tasks: [], problems: [{ file: absolute, message: 'dataset path is not a folder' }] };
   }
-  const taskDirs = (await isFile(path.join(absolute, 'task.toml')))
-    ? [absolute]
-    : (await readdir(absolute, { withFileTypes: true }))
-        .filter((entry) => entry.isDirectory() && !entry.name.startsWith('.'))
-        .map((entry) => path.join(absolute, entry.name))
-        .sort();
-  if (taskDirs.length === 0) {
+  const listed = (await isFile(path.join(absolute, 'task.toml')))
+    ? { dirs: [absolute], problems: [] }
+    : await taskFolders(absolute);
+  if (listed.dirs.length === 0 && listed.problems.length === 0) {
     return { tasks: [], problems: [{ file: absolute, message: 'dataset holds no task folders' }] };
   }
-  const loads = await Promise.all(taskDirs.map((taskDir) => loadTask(taskDir, requirement)));
+  const loads = await Promise.all(listed.dirs.map((taskDir) => loadTask(taskDir, requirement)));
   return {
     tasks: loads.flatMap((load) => (load.task ? [load.task] : [])),
-    problems: loads.flatMap((load) => load.problems),
+    problems: [...listed.problems, ...loads.flatMap((load) => load.problems)],
   };
 }
 
+/**
+ * The task folders of a dataset folder: its sub-folders, and links to folders (followed, so a dataset may be assembled
+ * from links). A link that loops, dangles, or leads back to the dataset or a folder above it is reported.
+ */
+async function taskFolders(dataset: string): Promise<{ dirs: string[]; problems: Problem[] }> {
+  const dirs: string[] = [];
+  const problems: Problem[] = [];
+  const datasetReal = await realpath(dataset);
+  for (const entry of await readdir(dataset, { withFileTypes: true })) {
+    if (entry.name.startsWith('.')) continue;
+    const full = path.join(dataset, entry.name);
+    if (entry.isDirectory()) dirs.push(full);
+    if (!entry.isSymbolicLink()) continue;
+    let target: string;
+    try {
+      target = await realpath(full);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      const message = code === 'ELOOP' ? 'symlink loop' : `broken symlink (${code ?? firstLine(err)})`;
+      problems.push({ file: full, message });
+      continue;
+    }
+    const fromTarget = path.relative(target, datasetReal);
+    if (fromTarget === '' || !fromTarget.startsWith('..')) {
+      problems.push({ file: full, message: `symlink loop: links to ${target}, which holds the dataset itself` });
+    } else if (await isDirectory(target)) {
+      dirs.push(full);
+    }
+  }
+  return { dirs: dirs.sort(), problems };
+}
+
+/**
+ * A regular file's text. Anything else (a FIFO or device would block the read for ever) and bytes that are not
+ * UTF-8 are refused: task files are text, and the instruction reaches agents as text, so a silent replacement of
+ * bytes would hand them something the task author did not write.
+ */
 async function readText(file: string, problems: Problem[]): Promise<string | undefined> {
+  let bytes: Buffer;
   try {
-    return await readFile(file, 'utf8');
+    if (!(await stat(file)).isFile()) {
+      problems.push({ file, message: 'not a regular file' });
+      return undefined;
+    }
+    bytes = await readFile(file);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     problems.push({ file, message: code === 'ENOENT' ? 'missing' : `unreadable (${code ?? firstLine(err)})` });
     return undefined;
   }
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    problems.push({ file, message: `not valid UTF-8 (first bad byte at offset ${firstInvalidUtf8(bytes)})` });
+    return undefined;
+  }
 }
+
+/** Offset of the first byte that is not UTF-8: where the lenient decoding first put U+FFFD for bytes that are not it. */
+function firstInvalidUtf8(bytes: Buffer): number {
+  const text = new TextDecoder('utf-8').decode(bytes);
+  let offset = 0;
+  let from = 0;
+  for (let at = text.indexOf('\uFFFD'); at >= 0; at = text.indexOf('\uFFFD', at + 1)) {
+    offset += Buffer.byteLength(text.slice(from, at));
+    from = at;
+    if (!bytes.subarray(offset, offset + 3).equals(REPLACEMENT_CHARACTER)) return offset;
+  }
+  return offset;
+}
+
+const REPLACEMENT_CHARACTER = Buffer.from('\uFFFD');
 
 export async function isFile(file: string): Promise<boolean> {
   return stat(file).then(

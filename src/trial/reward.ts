@@ -3,12 +3,18 @@ import type { Rewards } from './types';
 export type RewardRead =
   { rewards: Rewards } | { error: 'RewardFileNotFoundError' | 'RewardFileParseError'; message: string };
 
+/**
+ * One decimal integer or float, as the spec says: optional sign, digits with an optional fraction, an optional
+ * exponent with digits. Not `Number()`, which also takes hex (`0x10`), octal, binary, `Infinity` and blank text.
+ */
+const DECIMAL_NUMBER = /^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/;
+
 /** reward.txt holds one number (stored as {"reward": x}); reward.json a flat object of numbers. txt wins. */
 export function readReward(files: { txt?: string; json?: string }): RewardRead {
   if (files.txt !== undefined) {
     const text = files.txt.trim();
     const value = Number(text);
-    if (text === '' || !Number.isFinite(value)) {
+    if (!DECIMAL_NUMBER.test(text) || !Number.isFinite(value)) {
       return {
         error: 'RewardFileParseError',
         message: `reward.txt: expected one number, got ${JSON.stringify(text.slice(0, 80))}`,

@@ -46,6 +46,7 @@ export interface TrialSpec {
 export const TASK_ERROR_TYPES = [
   'EnvironmentBuildError',
   'EnvironmentStartError',
+  'EnvironmentBrokenError',
   'AgentInstallError',
   'AgentInstallTimeoutError',
   'AgentTimeoutError',
