@@ -79,7 +79,6 @@ function parseYaml(text: string): unknown {
   return document.toJS();
 }
 
-
 /**
  * Dataset paths are relative to the job file (so a job runs from any folder), falling back to the working folder
  * when only that one exists; jobs_dir is relative to the working folder, like Harbor's `jobs/`.
