@@ -9,8 +9,7 @@ import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
-import type { CliRun } from './support/cli';
-import { startCli, workspace } from './support/cli';
+import { runCli, workspace } from './support/cli';
 
 let dir: string;
 
@@ -20,16 +19,6 @@ async function write(file: string, content: string): Promise<void> {
 }
 
 const JOB = ['agents:', '  - name: oracle', 'datasets:', '  - path: tasks', ''].join('\n');
-
-/** The CLI, killed (and the test failed with the reason) if it has not exited within a minute. */
-async function runCli(args: string[], options: { cwd: string }): Promise<CliRun> {
-  const child = startCli(args, options);
-  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-  const run = await child.output;
-  clearTimeout(timer);
-  assert.notEqual(run.code, null, `the CLI did not exit within 60 s; stderr: ${run.stderr}`);
-  return run;
-}
 
 async function writeTask(name: string, files: Record<string, string | Buffer> = {}): Promise<void> {
   const all = {
@@ -47,7 +36,7 @@ async function writeTask(name: string, files: Record<string, string | Buffer> = 
 
 async function expectInputError(job: string, patterns: RegExp[]): Promise<string> {
   await write('job.yaml', job);
-  const run = await runCli(['job.yaml'], { cwd: dir });
+  const run = await runCli(['job.yaml'], { cwd: dir, timeoutMs: 60_000 });
   assert.equal(run.code, 2, `exit code; stderr: ${run.stderr}`);
   for (const pattern of patterns) assert.match(run.stderr, pattern);
   for (const line of run.stderr.trim().split('\n')) assert.match(line, /^error: \//, `one line per problem: ${line}`);
