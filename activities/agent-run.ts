@@ -4,7 +4,7 @@ import type { AgentRun } from '../src/agents/agent';
 import { createAgent, loadAgentConfig } from '../src/agents/agent';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { loadTrialTask, resolveWorkerEnv } from './context';
+import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
 
 export interface AgentStepInput {
   spec: TrialSpec;
@@ -17,7 +17,7 @@ export interface AgentStepInput {
  */
 export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: AgentStepInput, timeoutSec: number) {
   const [task, config] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
-  const env = resolveWorkerEnv(config.env);
+  const env = { ...resolveWorkerEnv(config.env), ...spec.agentEnv, ...trialSecretEnv(spec) };
   const run: AgentRun = {
     environment: deps.environment(spec.environmentType),
     handle,

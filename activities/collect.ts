@@ -4,7 +4,7 @@ import { jobFiles } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log } from './context';
+import { heartbeating, loadTrialTask, log, trialSecretEnv } from './context';
 
 export interface CollectInput {
   spec: TrialSpec;
@@ -28,7 +28,7 @@ export function collectLogs(deps: ActivityDeps) {
         return []; // Unset variables never reached the container: nothing of them to scrub.
       }
     });
-    const scrubbed = await scrubSecrets(trialDir, secrets);
+    const scrubbed = await scrubSecrets(trialDir, [...secrets, ...Object.values(trialSecretEnv(spec))]);
     await log(spec, 'collect', `logs collected${scrubbed ? `; secrets redacted in ${scrubbed} file(s)` : ''}`);
   };
 }

@@ -8,6 +8,7 @@ import type { Task } from '../src/task/load';
 import { loadTask } from '../src/task/load';
 import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import { formatProblem } from '../src/errors';
+import { unsealEnv } from '../src/secrets/sealed-env';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
 export interface ActivityDeps {
@@ -58,6 +59,11 @@ export function resolveWorkerEnv(env: Record<string, string>): Record<string, st
       throw taskFailure('MissingEnvironmentVariableError', err.message);
     throw err;
   }
+}
+
+/** The trial's own sealed secrets (a remote rollout's API key), unsealed on this worker. */
+export function trialSecretEnv(spec: TrialSpec): Record<string, string> {
+  return spec.sealedAgentEnv ? unsealEnv(spec.sealedAgentEnv) : {};
 }
 
 export function log(spec: TrialSpec, step: string, message: string): Promise<void> {

@@ -56,4 +56,10 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   log "npm install"
   npm install --no-audit --no-fund --loglevel=error
 fi
+# --- Eval Protocol's client (the tests drive `rollout serve` with it) -----------
+if ! .venv-test/bin/python -c 'import eval_protocol' >/dev/null 2>&1; then
+  log "installing eval-protocol into .venv-test (pip)"
+  python3 -m venv .venv-test
+  .venv-test/bin/pip install -q eval-protocol
+fi
 log "ready"

@@ -14,7 +14,6 @@ import { jobProgressQuery } from '../../workflows/messages';
 import type { RunningWorkers } from '../../workers/create-workers';
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
-import type { ResolvedJob } from '../job/load';
 import { parseJobConfig } from '../job/load';
 import { readPlanPage } from '../job/plan-file';
 import { boundedId, jobWorkflowId, planJob, sanitize } from '../job/plan';
@@ -151,10 +150,10 @@ export class Rollout {
       `trial ${request.task}`,
       process.cwd()
     );
-    const spec = await singleTrialSpec(
-      job,
-      request.id ?? `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`
-    );
+    const [planned] = (await planJob(job)).trials;
+    if (!planned) throw new InputError([{ file: request.task, message: 'not a task folder' }]);
+    const id = request.id ?? `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    const spec = namedTrial(planned.spec, `${planned.spec.taskName}__${id}`);
     await saveJobConfig(job, spec.jobDir);
     const handle = await startTrialWorkflow(this.client, spec);
     return new TrialRun(spec, handle);
@@ -167,16 +166,10 @@ export class Rollout {
   }
 }
 
-/**
- * The spec of one trial of a one-task job, named `<task>__<id>`: the id makes it unique and idempotent (the same id
- * is the same Temporal workflow).
- */
-export async function singleTrialSpec(job: ResolvedJob, id: string, taskName?: string): Promise<TrialSpec> {
-  const plan = await planJob(job);
-  const planned = plan.trials.find((t) => taskName === undefined || t.spec.taskName === taskName);
-  if (!planned) throw new InputError([{ file: `job ${job.name}`, field: 'task', message: `no task "${taskName}"` }]);
-  const trialName = sanitize(`${planned.spec.taskName}__${id}`);
-  return { ...planned.spec, trialName, trialId: boundedId(`${job.name}/${trialName}`), attempt: 1 };
+/** A planned trial renamed `trialName`: its own folder and workflow id (the same name is the same trial). */
+export function namedTrial(spec: TrialSpec, trialName: string): TrialSpec {
+  const name = sanitize(trialName);
+  return { ...spec, trialName: name, trialId: boundedId(`${spec.jobName}/${name}`), attempt: 1 };
 }
 
 export class JobRun {

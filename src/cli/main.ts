@@ -11,6 +11,8 @@ import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect
 import { formatDuration } from './progress';
 import { renderEvals } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
+import type { ServeFlags } from './serve';
+import { serve } from './serve';
 
 /** Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure. */
 const EXIT_INPUT = 2;
@@ -66,6 +68,24 @@ export function buildProgram(): Command {
       );
       await workers.done;
       await connection.close();
+    });
+
+  program
+    .command('serve')
+    .description('HTTP service: remote rollouts (Eval Protocol /init, /status) and step-by-step sessions')
+    .option('--config <serve.yaml>', 'the settings below, as a file')
+    .option('--dataset <path>', 'a task folder or a folder of tasks')
+    .option('--agent <name|job.yaml>', 'a built-in agent, or a job.yaml whose first agent is used (default: oracle)')
+    .option('--port <n>', 'port to listen on (default 8080)', positiveInt)
+    .option('--host <host>', 'address to listen on (default 127.0.0.1)')
+    .option('--jobs-dir <dir>', 'where the serve job folder goes (default jobs)')
+    .addOption(new Option('--env <type>', 'environment type (default docker)').choices([...ENVIRONMENT_TYPES]))
+    .option('--no-worker', 'run no worker in this process (workers run elsewhere)')
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .option('--max-trials <n>', 'trials and sessions this process may hold at once (default 8)', positiveInt)
+    .action(async (opts: ServeFlags) => {
+      installQuietRuntime();
+      process.exitCode = await serve(opts);
     });
 
   program

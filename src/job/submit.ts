@@ -1,6 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 
-import type { Client, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import type { Client, WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 
 import type { jobWorkflow, JobInput } from '../../workflows/job';
 import type { trialWorkflow } from '../../workflows/trial';
@@ -107,8 +108,8 @@ export async function startJobWorkflow(
 export async function startTrialWorkflow(
   client: Client,
   spec: TrialSpec
-): Promise<WorkflowHandleWithFirstExecutionRunId<typeof trialWorkflow>> {
-  return client.workflow.start<typeof trialWorkflow>('trialWorkflow', {
+): Promise<WorkflowHandle<typeof trialWorkflow>> {
+  const start = client.workflow.start<typeof trialWorkflow>('trialWorkflow', {
     workflowId: spec.trialId,
     taskQueue: JOB_TASK_QUEUE,
     args: [spec],
@@ -125,4 +126,11 @@ export async function startTrialWorkflow(
       { key: RolloutStatus, value: 'running' },
     ],
   });
+  try {
+    return await start;
+  } catch (err) {
+    // Already finished: the same trial, not a new one.
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return client.workflow.getHandle(spec.trialId);
+    throw err;
+  }
 }

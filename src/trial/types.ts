@@ -37,6 +37,10 @@ export interface TrialSpec {
   verify: boolean;
   /** How long a step may wait for its host's worker before the trial restarts on another host. */
   hostLostTimeoutSec: number;
+  /** Agent env given for this trial alone, not secret (a remote rollout's model and base URL). */
+  agentEnv?: Record<string, string>;
+  /** Agent env given for this trial alone and secret, sealed (src/secrets/sealed-env.ts): only ciphertext here. */
+  sealedAgentEnv?: string;
 }
 
 /**

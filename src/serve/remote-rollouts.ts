@@ -1,0 +1,183 @@
+/**
+ * Eval Protocol's remote rollout contract (`POST /init`, `GET /status`) on Rollout trials: each rollout is one Trial
+ * workflow whose id derives from `metadata.rollout_id`, so the same id twice starts one trial and status survives
+ * any restart of this server.
+ */
+import { createHash } from 'node:crypto';
+import { readdir } from 'node:fs/promises';
+import path from 'node:path';
+
+import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { z } from 'zod';
+
+import type { trialWorkflow } from '../../workflows';
+import { namedTrial } from '../api/rollout';
+import { boundedId, sanitize } from '../job/plan';
+import { startTrialWorkflow } from '../job/submit';
+import { jobFiles, readJson } from '../results/files';
+import { primaryReward } from '../results/job-stats';
+import type { TrialResult } from '../results/trial-result';
+import { sealEnv } from '../secrets/sealed-env';
+import type { TrialSpec, TrialSummary } from '../trial/types';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+
+const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });
+
+export const InitRequestSchema = z.looseObject({
+  completion_params: z.looseObject({ model: z.string().min(1) }),
+  messages: z.array(MessageSchema).optional(),
+  tools: z.array(z.unknown()).nullish(),
+  model_base_url: z.string().nullish(),
+  api_key: z.string().nullish(),
+  metadata: z.looseObject({
+    invocation_id: z.string(),
+    experiment_id: z.string(),
+    rollout_id: z.string().min(1),
+    run_id: z.string(),
+    row_id: z.string(),
+  }),
+});
+export type InitRequest = z.infer<typeof InitRequestSchema>;
+
+/** Eval Protocol's status codes (AIP-193 plus its own). */
+export const STATUS = { FINISHED: 100, RUNNING: 101, INTERNAL: 13 } as const;
+
+export const StatusResponseSchema = z.object({
+  rollout_id: z.string(),
+  terminated: z.boolean(),
+  status: z.object({ code: z.number().int(), message: z.string() }),
+  reward: z.number().nullable(),
+  rewards: z.record(z.string(), z.number()).nullable(),
+  error: z.object({ type: z.string(), message: z.string() }).nullable(),
+});
+export type StatusResponse = z.infer<typeof StatusResponseSchema>;
+
+export class UnknownTaskError extends Error {}
+
+export class RemoteRollouts {
+  constructor(
+    private readonly client: Client,
+    /** One planned trial per task of the served dataset, by task name. */
+    private readonly tasks: Map<string, TrialSpec>,
+    private readonly jobName: string,
+    private readonly jobDir: string,
+    private readonly taskFrom: 'row_id' | 'first_user_message'
+  ) {}
+
+  /** Starts the rollout's trial, or finds the one already started for this rollout_id. */
+  async init(request: InitRequest): Promise<{ rolloutId: string; trialName: string }> {
+    const taskName = this.taskName(request);
+    const planned = this.tasks.get(taskName);
+    if (!planned) {
+      const known = [...this.tasks.keys()];
+      throw new UnknownTaskError(
+        `unknown task "${taskName}" (from ${this.taskFrom === 'row_id' ? 'metadata.row_id' : 'the first user message'}): ` +
+          `the dataset has ${known.slice(0, 10).join(', ')}${known.length > 10 ? `, … (${known.length})` : ''}`
+      );
+    }
+    const { completion_params: params, model_base_url: baseUrl, api_key: apiKey } = request;
+    const spec: TrialSpec = {
+      ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
+      agentEnv: {
+        ROLLOUT_MODEL: params.model,
+        ROLLOUT_COMPLETION_PARAMS: JSON.stringify(params),
+        ROLLOUT_ROLLOUT_ID: request.metadata.rollout_id,
+        ...(baseUrl ? { ROLLOUT_MODEL_BASE_URL: baseUrl, OPENAI_BASE_URL: baseUrl } : {}),
+      },
+      ...(apiKey ? { sealedAgentEnv: sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }) } : {}),
+    };
+    await startTrialWorkflow(this.client, spec);
+    return { rolloutId: request.metadata.rollout_id, trialName: spec.trialName };
+  }
+
+  /** Null when no rollout has this id. */
+  async status(rolloutId: string): Promise<StatusResponse | null> {
+    const handle = this.client.workflow.getHandle<typeof trialWorkflow>(this.workflowId(rolloutId));
+    let description;
+    try {
+      description = await handle.describe();
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return null;
+      throw err;
+    }
+    if (description.status.name === 'RUNNING') {
+      return {
+        rollout_id: rolloutId,
+        terminated: false,
+        status: { code: STATUS.RUNNING, message: 'running' },
+        reward: null,
+        rewards: null,
+        error: null,
+      };
+    }
+    if (description.status.name !== 'COMPLETED') {
+      const message = `the rollout's workflow ended ${description.status.name.toLowerCase()}`;
+      return {
+        rollout_id: rolloutId,
+        terminated: true,
+        status: { code: STATUS.INTERNAL, message },
+        reward: null,
+        rewards: null,
+        error: { type: INFRASTRUCTURE_ERROR, message },
+      };
+    }
+    return statusOf(rolloutId, await handle.result());
+  }
+
+  /** The finished rollout's result.json and trajectory files, or null while unknown or running. */
+  async result(rolloutId: string): Promise<{ result: TrialResult; files: string[] } | null> {
+    const trialName = trialNameOf(rolloutId);
+    const result = await readJson<TrialResult>(jobFiles.trialResult(this.jobDir, trialName));
+    if (!result) return null;
+    return { result, files: await listFiles(jobFiles.trialDir(this.jobDir, trialName)) };
+  }
+
+  private workflowId(rolloutId: string): string {
+    return boundedId(`${this.jobName}/${trialNameOf(rolloutId)}`);
+  }
+
+  private taskName(request: InitRequest): string {
+    if (this.taskFrom === 'row_id') return request.metadata.row_id;
+    const first = request.messages?.find((m) => m.role === 'user')?.content;
+    return typeof first === 'string' ? first.trim() : '';
+  }
+}
+
+/**
+ * The trial's folder name for a rollout id: the id itself when it is a safe file name, else a safe form plus a hash
+ * (two ids must never share a folder).
+ */
+export function trialNameOf(rolloutId: string): string {
+  const safe = sanitize(rolloutId);
+  const name =
+    safe === rolloutId ? safe : `${safe}-${createHash('sha256').update(rolloutId).digest('hex').slice(0, 8)}`;
+  return `rollout__${name}`;
+}
+
+/** Task outcomes (a wrong answer, an agent timeout) are finished rollouts; only infrastructure failures are errors. */
+export function statusOf(rolloutId: string, summary: Pick<TrialSummary, 'rewards' | 'error'>): StatusResponse {
+  const { rewards, error } = summary;
+  const failed = error?.type === INFRASTRUCTURE_ERROR || error?.type === CANCELLED_ERROR;
+  return {
+    rollout_id: rolloutId,
+    terminated: true,
+    status: failed
+      ? { code: STATUS.INTERNAL, message: `${error.type}: ${error.message}` }
+      : { code: STATUS.FINISHED, message: error ? `finished with ${error.type}: ${error.message}` : 'finished' },
+    reward: failed ? null : (primaryReward(rewards) ?? 0),
+    rewards,
+    error: error ? { type: error.type, message: error.message } : null,
+  };
+}
+
+async function listFiles(dir: string, prefix = ''): Promise<string[]> {
+  const entries = await readdir(path.join(dir, prefix), { withFileTypes: true }).catch(() => []);
+  const files: string[] = [];
+  for (const entry of entries) {
+    const relative = path.join(prefix, entry.name);
+    if (entry.isDirectory()) files.push(...(await listFiles(dir, relative)));
+    else if (entry.isFile()) files.push(relative);
+  }
+  return files.sort();
+}

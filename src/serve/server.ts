@@ -1,0 +1,167 @@
+/**
+ * `rollout serve`'s HTTP surface. Fastify: a maintained, fast server with hooks for auth and a pluggable validator;
+ * bodies are validated by zod (the same library as every other edge of Rollout) and the OpenAPI document is built
+ * from the very schemas that validate, so it cannot drift from what is enforced.
+ */
+import { timingSafeEqual } from 'node:crypto';
+
+import Fastify from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+
+import { InitRequestSchema, StatusResponseSchema, UnknownTaskError } from './remote-rollouts';
+import type { RemoteRollouts } from './remote-rollouts';
+
+const ErrorSchema = z.object({ error: z.string() });
+const PUBLIC_PATHS = new Set(['/health', '/openapi.json']);
+
+interface Route {
+  method: 'GET' | 'POST' | 'DELETE';
+  path: string;
+  summary: string;
+  body?: z.ZodType;
+  query?: z.ZodObject;
+  params?: z.ZodObject;
+  responses: Record<number, z.ZodType>;
+  handler: (input: { body: unknown; query: unknown; params: unknown }, reply: FastifyReply) => Promise<unknown>;
+}
+
+export interface ServeDeps {
+  token: string;
+  rollouts: RemoteRollouts;
+  /** Further routes (sessions), registered the same way. */
+  routes?: Route[];
+}
+
+export type { Route };
+
+export function buildServer(deps: ServeDeps): FastifyInstance {
+  // No request logging: /init bodies carry API keys.
+  const app = Fastify({ logger: false, bodyLimit: 16 * 1024 * 1024 });
+  const expected = Buffer.from(`Bearer ${deps.token}`);
+  app.addHook('onRequest', async (request, reply) => {
+    if (PUBLIC_PATHS.has(request.url.split('?')[0]!)) return;
+    const given = Buffer.from(request.headers.authorization ?? '');
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+      await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'missing or wrong bearer token' });
+    }
+  });
+
+  const routes: Route[] = [
+    {
+      method: 'GET',
+      path: '/health',
+      summary: 'Liveness (no token needed)',
+      responses: { 200: z.object({ ok: z.literal(true) }) },
+      handler: () => Promise.resolve({ ok: true }),
+    },
+    {
+      method: 'POST',
+      path: '/init',
+      summary: "Start one remote rollout (Eval Protocol's contract); idempotent on metadata.rollout_id",
+      body: InitRequestSchema,
+      responses: { 200: z.object({ rollout_id: z.string(), trial: z.string() }), 400: ErrorSchema },
+      handler: async ({ body }, reply) => {
+        try {
+          const started = await deps.rollouts.init(body as z.infer<typeof InitRequestSchema>);
+          return { rollout_id: started.rolloutId, trial: started.trialName };
+        } catch (err) {
+          if (err instanceof UnknownTaskError) return reply.code(400).send({ error: err.message });
+          throw err;
+        }
+      },
+    },
+    {
+      method: 'GET',
+      path: '/status',
+      summary: "A rollout's status: 100 finished, 101 running, 13 internal error; 404 for an unknown id",
+      query: z.object({ rollout_id: z.string().min(1) }),
+      responses: { 200: StatusResponseSchema, 404: ErrorSchema },
+      handler: async ({ query }, reply) => {
+        const { rollout_id: id } = query as { rollout_id: string };
+        return (await deps.rollouts.status(id)) ?? reply.code(404).send({ error: `no rollout "${id}"` });
+      },
+    },
+    {
+      method: 'GET',
+      path: '/rollouts/:id',
+      summary: "A finished rollout's result.json and the files of its trial folder (trajectory, logs)",
+      params: z.object({ id: z.string().min(1) }),
+      responses: { 200: z.object({ result: z.unknown(), files: z.array(z.string()) }), 404: ErrorSchema },
+      handler: async ({ params }, reply) => {
+        const { id } = params as { id: string };
+        return (await deps.rollouts.result(id)) ?? reply.code(404).send({ error: `no finished rollout "${id}"` });
+      },
+    },
+    ...(deps.routes ?? []),
+  ];
+
+  for (const route of routes) {
+    app.route({
+      method: route.method,
+      url: route.path,
+      handler: async (request: FastifyRequest, reply: FastifyReply) => {
+        const input = { body: request.body, query: request.query, params: request.params };
+        for (const part of ['body', 'query', 'params'] as const) {
+          const schema = route[part];
+          if (!schema) continue;
+          const parsed = schema.safeParse(input[part] ?? {});
+          if (!parsed.success) {
+            const issue = parsed.error.issues[0]!;
+            const field = [part, ...issue.path.map(String)].join('.');
+            return reply.code(400).send({ error: `${field}: ${issue.message}` });
+          }
+          input[part] = parsed.data;
+        }
+        return route.handler(input, reply);
+      },
+    });
+  }
+  const openapi = openApiDocument(routes);
+  app.get('/openapi.json', () => Promise.resolve(openapi));
+  return app;
+}
+
+/** OpenAPI 3.1 from the routes' own zod schemas. */
+function openApiDocument(routes: Route[]) {
+  const json = (schema: z.ZodType) => z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' });
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of routes) {
+    const openPath = route.path.replace(/:(\w+)/g, '{$1}');
+    const parameters = [
+      ...Object.keys(route.query?.shape ?? {}).map((name) => ({
+        name,
+        in: 'query',
+        required: true,
+        schema: { type: 'string' },
+      })),
+      ...Object.keys(route.params?.shape ?? {}).map((name) => ({
+        name,
+        in: 'path',
+        required: true,
+        schema: { type: 'string' },
+      })),
+    ];
+    (paths[openPath] ??= {})[route.method.toLowerCase()] = {
+      summary: route.summary,
+      ...(parameters.length ? { parameters } : {}),
+      ...(route.body
+        ? { requestBody: { required: true, content: { 'application/json': { schema: json(route.body) } } } }
+        : {}),
+      responses: Object.fromEntries(
+        Object.entries(route.responses).map(([code, schema]) => [
+          code,
+          { description: code === '200' ? 'OK' : 'Error', content: { 'application/json': { schema: json(schema) } } },
+        ])
+      ),
+      ...(PUBLIC_PATHS.has(route.path) ? { security: [] } : {}),
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'Rollout serve', version: '1' },
+    components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+    security: [{ bearer: [] }],
+    paths,
+  };
+}

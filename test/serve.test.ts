@@ -1,0 +1,227 @@
+/**
+ * `rollout serve` as a user runs it (the real CLI as a child process, real Temporal, real trials on the `local`
+ * environment), driven over HTTP and with Eval Protocol's own client code from PyPI.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { after, before, describe, it } from 'node:test';
+
+import type { Client, Connection } from '@temporalio/client';
+
+import { startCli } from './support/cli';
+import { writeLocalJob } from './support/local-job';
+import { REPO_ROOT, testTemporal } from './support/temporal';
+import { waitFor } from './support/wait';
+
+const TOKEN = `tok-${randomBytes(8).toString('hex')}`;
+const API_KEY = `sk-test-${randomBytes(12).toString('hex')}`;
+const EP_PYTHON = path.join(REPO_ROOT, '.venv-test', 'bin', 'python');
+
+let dir: string;
+let base: string;
+let serveName: string;
+let server: ReturnType<typeof startCli> | undefined;
+let client: Client;
+let connection: Connection;
+
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as { port: number };
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
+
+async function startServer(): Promise<void> {
+  server = startCli(['serve', '--config', 'serve.yaml'], { cwd: dir, env: { ROLLOUT_SERVE_TOKEN: TOKEN } });
+  await waitFor(
+    'rollout serve to answer /health',
+    async () => (await fetch(`${base}/health`).catch(() => undefined))?.ok === true,
+    60_000
+  );
+}
+
+async function stopServer(signal: NodeJS.Signals): Promise<string> {
+  if (!server) return '';
+  server.kill(signal);
+  const { stdout, stderr } = await server.output;
+  server = undefined;
+  return stdout + stderr;
+}
+
+function api(pathname: string, init: { method?: string; body?: unknown; token?: string | null } = {}) {
+  const token = init.token === undefined ? TOKEN : init.token;
+  return fetch(`${base}${pathname}`, {
+    method: init.method ?? (init.body ? 'POST' : 'GET'),
+    headers: {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(init.body ? { 'content-type': 'application/json' } : {}),
+    },
+    ...(init.body ? { body: JSON.stringify(init.body) } : {}),
+  });
+}
+
+function initBody(rolloutId: string, rowId: string) {
+  return {
+    completion_params: { model: 'scripted-1', temperature: 0 },
+    messages: [{ role: 'user', content: 'solve it' }],
+    model_base_url: 'http://127.0.0.1:9/v1',
+    api_key: API_KEY,
+    metadata: { invocation_id: 'i', experiment_id: 'e', rollout_id: rolloutId, run_id: 'r', row_id: rowId },
+  };
+}
+
+async function statusOf(rolloutId: string) {
+  const response = await api(`/status?rollout_id=${encodeURIComponent(rolloutId)}`);
+  return { http: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+/** Every string and decoded payload byte of a history, as one text (payloads are bytes in the proto). */
+function decodedText(value: unknown): string {
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('utf8');
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object') return Object.values(value).map(decodedText).join('\n');
+  return '';
+}
+
+async function filesUnder(folder: string): Promise<string[]> {
+  const entries = await readdir(folder, { withFileTypes: true, recursive: true });
+  return entries.filter((e) => e.isFile()).map((e) => path.join(e.parentPath, e.name));
+}
+
+describe('rollout serve: remote rollouts', () => {
+  before(async () => {
+    ({ client, connection } = await testTemporal());
+    serveName = `serve-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({ name: serveName, attempts: 1, concurrency: 2 });
+    dir = path.dirname(jobFile);
+    // A second task the agent takes its time over (to kill the server mid-rollout).
+    const slow = path.join(dir, 'tasks', 'slow');
+    await mkdir(path.join(slow, 'tests'), { recursive: true });
+    for (const file of ['task.toml', 'tests/test.sh']) {
+      await writeFile(path.join(slow, file), await readFile(path.join(dir, 'tasks', 'trivial', file)));
+    }
+    await writeFile(path.join(slow, 'instruction.md'), 'Slowly write ok to answer.txt.');
+    await writeFile(
+      path.join(dir, 'agent.yaml'),
+      [
+        'agents:',
+        '  - name: scripted',
+        '    execute: |',
+        '      echo "model=$ROLLOUT_MODEL base=$ROLLOUT_MODEL_BASE_URL key=$ROLLOUT_API_KEY"',
+        '      printf %s "$ROLLOUT_API_KEY" | sha256sum',
+        '      case "$ROLLOUT_TASK_INSTRUCTION" in Slowly*) sleep 6;; esac',
+        '      echo ok > answer.txt',
+        'datasets:',
+        '  - path: tasks',
+        '',
+      ].join('\n')
+    );
+    base = `http://127.0.0.1:${await freePort()}`;
+    await writeFile(
+      path.join(dir, 'serve.yaml'),
+      [
+        'dataset: tasks',
+        'agent: agent.yaml',
+        `name: ${serveName}`,
+        'jobs_dir: jobs',
+        'environment: local',
+        `port: ${new URL(base).port}`,
+        '',
+      ].join('\n')
+    );
+    await startServer();
+  });
+  after(async () => {
+    await stopServer('SIGTERM');
+    await connection.close();
+  });
+
+  it('needs the bearer token, except for /health and /openapi.json', async () => {
+    assert.equal((await api('/status?rollout_id=x', { token: null })).status, 401);
+    assert.equal((await api('/status?rollout_id=x', { token: 'wrong' })).status, 401);
+    assert.equal((await api('/health', { token: null })).status, 200);
+    const openapi = (await (await api('/openapi.json', { token: null })).json()) as { paths: Record<string, unknown> };
+    assert.ok(
+      ['/init', '/status', '/rollouts/{id}'].every((p) => p in openapi.paths),
+      Object.keys(openapi.paths).join()
+    );
+  });
+
+  it('rejects an unknown task and a malformed body with 400 and a clear message', async () => {
+    const unknown = await api('/init', { body: initBody('r-unknown', 'no-such-task') });
+    assert.equal(unknown.status, 400);
+    assert.match(((await unknown.json()) as { error: string }).error, /unknown task "no-such-task".*slow, trivial/);
+    const malformed = await api('/init', { body: { ...initBody('r-bad', 'trivial'), completion_params: {} } });
+    assert.equal(malformed.status, 400);
+    assert.match(((await malformed.json()) as { error: string }).error, /^body\.completion_params\.model: /);
+    assert.equal((await statusOf('r-unknown')).http, 404);
+  });
+
+  it("runs a rollout end to end with Eval Protocol's client; a duplicate /init starts no second trial", async () => {
+    const { stdout } = await promisify(execFile)(
+      EP_PYTHON,
+      [path.join(REPO_ROOT, 'test', 'fixtures', 'eval-protocol', 'client.py'), base, 'ep-1', 'trivial', API_KEY],
+      { env: { ...process.env, FIREWORKS_API_KEY: TOKEN, LITELLM_LOCAL_MODEL_COST_MAP: 'True' }, timeout: 180_000 }
+    );
+    const run = JSON.parse(stdout.trim().split('\n').pop()!) as {
+      init: { http: number };
+      final: { code: number; message: string };
+      exception: string | null;
+      reward: number;
+    };
+    assert.equal(run.init.http, 200);
+    assert.deepEqual(run.final, { code: 100, message: 'finished' });
+    assert.equal(run.exception, null);
+    assert.equal(run.reward, 1);
+
+    const again = await api('/init', { body: initBody('ep-1', 'trivial') });
+    assert.equal(again.status, 200);
+    const runs = await client.workflow.count(`WorkflowId = "${serveName}/rollout__ep-1"`);
+    assert.equal(runs.count, 1);
+
+    const finished = (await (await api('/rollouts/ep-1')).json()) as {
+      result: { rewards: unknown; task_name: string };
+      files: string[];
+    };
+    assert.deepEqual(finished.result.rewards, { reward: 1 });
+    assert.equal(finished.result.task_name, 'trivial');
+    assert.ok(finished.files.includes('agent/execute.txt'), finished.files.join());
+  });
+
+  it('hands the API key to the agent but never to history or files', async () => {
+    const trialDir = path.join(dir, 'jobs', serveName, 'rollout__ep-1');
+    const log = await readFile(path.join(trialDir, 'agent', 'execute.txt'), 'utf8');
+    assert.match(log, /model=accounts\/fireworks\/models\/scripted base=http:\/\/127\.0\.0\.1:9\/v1 key=\[REDACTED\]/);
+    assert.ok(log.includes(createHash('sha256').update(API_KEY).digest('hex')), 'the agent got the key');
+    const history = decodedText(await client.workflow.getHandle(`${serveName}/rollout__ep-1`).fetchHistory());
+    assert.ok(!history.includes(API_KEY), 'key in workflow history');
+    assert.ok(history.includes('sealedAgentEnv'));
+    for (const file of await filesUnder(path.join(dir, 'jobs'))) {
+      assert.ok(!(await readFile(file, 'utf8')).includes(API_KEY), `key in ${file}`);
+    }
+  });
+
+  it('answers status across a server kill and restart, and the rollout completes', async () => {
+    assert.equal((await api('/init', { body: initBody('slow-1', 'slow') })).status, 200);
+    await waitFor('the slow rollout to be running', async () => (await statusOf('slow-1')).body.terminated === false);
+    const output = await stopServer('SIGKILL');
+    assert.ok(!output.includes(API_KEY), 'key in the server output');
+    await startServer();
+    const during = await statusOf('slow-1');
+    assert.equal(during.http, 200);
+    await waitFor(
+      'the slow rollout to finish after the restart',
+      async () => (await statusOf('slow-1')).body.terminated === true,
+      120_000
+    );
+    const final = (await statusOf('slow-1')).body;
+    assert.deepEqual(final.status, { code: 100, message: 'finished' });
+    assert.equal(final.reward, 1);
+  });
+});
