@@ -101,7 +101,9 @@ describe('trial outcomes', () => {
       SolutionNotFoundError: 1,
     });
     // Rewards: agent-timeout 1, agent-writes-verifier 0.25, harbor-solution 1; five errors without reward count 0.
-    assert.deepEqual(result.evals['oracle__tasks']?.metrics.reward, { mean: 2.25 / 8 });
+    const { ci95, ...reward } = result.evals['oracle__tasks']!.metrics.reward!;
+    assert.deepEqual(reward, { n: 8, mean: 2.25 / 8 });
+    assert.ok(ci95 && ci95[0] < 2.25 / 8 && ci95[1] > 2.25 / 8, String(ci95));
   });
 
   it('leaves no containers behind', async () => {

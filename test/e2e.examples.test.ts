@@ -42,7 +42,7 @@ describe('examples/job.yaml end to end', () => {
 
   it('exits 0 and prints metrics, the results folder and the UI link', () => {
     assert.equal(run.code, 0, run.stderr);
-    assert.match(run.stdout, /agent\s+dataset\s+reward\s+trials\s+errors\s+mean\s+max/);
+    assert.match(run.stdout, /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max/);
     assert.match(run.stdout, new RegExp(`results: .*jobs/${jobName}`));
     assert.match(run.stderr, /6\/6 done/);
   });
@@ -93,12 +93,15 @@ describe('examples/job.yaml end to end', () => {
     assert.equal(result.n_total_trials, 6);
     assert.equal(result.n_completed_trials, 6);
     assert.equal(result.n_errored_trials, 0);
+    // reward.txt tasks (hello-world, impossible) report "reward"; word-count's reward.json reports lines and words:
+    // each key is summarised over the trials that report it.
     assert.deepEqual(result.evals['oracle__tasks']?.metrics, {
-      lines: { mean: 1 / 3, max: 1 },
-      reward: { mean: 1 / 3, max: 1 },
-      words: { mean: 1 / 3, max: 1 },
+      lines: { n: 1, mean: 1, max: 1, ci95: null },
+      reward: { n: 2, mean: 0.5, max: 1, ci95: result.evals['oracle__tasks']?.metrics.reward?.ci95 },
+      words: { n: 1, mean: 1, max: 1, ci95: null },
     });
-    assert.deepEqual(result.evals['greeter__tasks']?.metrics.reward, { mean: 1 / 3, max: 1 });
+    assert.equal(result.evals['oracle__tasks']?.metrics.reward?.ci95?.length, 2);
+    assert.equal(result.evals['greeter__tasks']?.metrics.reward?.mean, 0.5);
     const config = JSON.parse(await readFile(path.join(jobDir(), 'config.json'), 'utf8')) as {
       agents: { name: string; env: Record<string, string> }[];
     };
@@ -138,12 +141,28 @@ describe('examples/job.yaml end to end', () => {
     const status = await runCli(['status', jobName], { cwd: dir });
     assert.equal(status.code, 0, status.stderr);
     assert.match(status.stdout, new RegExp(`job ${jobName}: completed · 6/6 finished · 0 running · 6 completed`));
-    assert.match(status.stdout, /^oracle\s+tasks\s+reward\s+3\s+0\s+0\.3333\s+1$/m);
+    assert.match(status.stdout, /^oracle\s+tasks\s+reward\s+2\s+3\s+0\s+0\.500\s+\[-?\d+\.\d+, \d+\.\d+\]\s+1$/m);
+    const gated = await runCli(['status', jobName, '--fail-under', 'reward=0.4', '--max-errors', '0'], { cwd: dir });
+    assert.equal(gated.code, 0, gated.stdout);
     const jobs = await runCli(['jobs'], { cwd: dir });
     assert.match(jobs.stdout, new RegExp(`^${jobName}\tCOMPLETED\t`, 'm'));
     const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });
     assert.equal(unknown.code, 2);
     assert.match(unknown.stderr, /no-such-job: no such job/);
+  });
+
+  it('gates the finished job when run again: exit 4 after the report, JUnit XML of its six trials', async () => {
+    const again = await runCli(['examples/job.yaml', '--fail-under', 'reward=0.9', '--junit', 'junit.xml'], {
+      cwd: dir,
+    });
+    assert.equal(again.code, 4, again.stderr);
+    assert.match(again.stdout, /results: .*\ngate:\n {2}FAIL {2}oracle__tasks reward mean 0\.5000 < 0\.9/s);
+    const junit = await readFile(path.join(dir, 'junit.xml'), 'utf8');
+    assert.match(junit, /<testsuites name="[^"]+" tests="6" failures="3" errors="0" skipped="0">/);
+    assert.match(
+      junit,
+      /name="impossible__oracle__1" time="[\d.]+"><failure type="reward" message="reward 0 &lt; 1"\/>/
+    );
   });
 
   it('leaves no containers and, with delete: true, no images of the job', async () => {

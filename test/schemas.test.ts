@@ -343,9 +343,10 @@ describe('metrics', () => {
     addTrial(stats, trial('a', null, 'InfrastructureError'));
     addTrial(stats, trial('a', null, 'CancelledError'));
     const group = stats.groups['a__d']!;
-    assert.deepEqual(groupMetrics(group, ['sum', 'min', 'max', 'mean']), {
-      reward: { sum: 1.5, min: 0, max: 1, mean: 0.5 },
-    });
+    // All five trials are of one task: no interval from one task, and pass@k over its three scored trials.
+    const { pass_at_k, ...reward } = groupMetrics(group, ['sum', 'min', 'max', 'mean']).reward!;
+    assert.deepEqual(reward, { n: 3, sum: 1.5, min: 0, max: 1, mean: 0.5, ci95: null });
+    assert.deepEqual(Object.keys(pass_at_k ?? {}), ['1', '2', '3']);
     assert.equal(stats.n_completed, 2);
     assert.equal(stats.n_errored, 1);
     assert.equal(stats.n_infrastructure_errors, 1);

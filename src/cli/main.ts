@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+
 import { Command, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
@@ -7,14 +9,22 @@ import type { EnvironmentType } from '../job/schema';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
 import { installQuietRuntime } from '../temporal/runtime';
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
+import { jobFiles, readJson } from '../results/files';
+import type { JobResult } from '../results/job-result';
+import { jobWorkflowId } from '../job/plan';
+import type { GateOptions } from './gate';
+import { applyGate, gateRequested, parseGateOptions } from './gate';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
-import { renderEvals } from './report';
+import { renderEvals, renderReport } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 import type { ServeFlags } from './serve';
 import { serve } from './serve';
 
-/** Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure. */
+/**
+ * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
+ * 4 the CI gate failed (only where the code would otherwise be 0).
+ */
 const EXIT_INPUT = 2;
 const EXIT_INFRASTRUCTURE = 3;
 
@@ -24,21 +34,44 @@ function positiveInt(value: string): number {
   return n;
 }
 
+interface GateFlags {
+  failUnder?: string[];
+  maxErrors?: string;
+  junit?: string;
+  passThreshold?: string;
+}
+
+/** The CI gate's options, shared by run, resume and status. */
+function withGateOptions(command: Command): Command {
+  return command
+    .option(
+      '--fail-under <threshold>',
+      'exit 4 when a metric is below this: [<reward key>[:<mean|sum|min|max|ci95_low|ci95_high|pass@k>]=]<number> ' +
+        "(default: the primary reward's mean); repeatable",
+      (value: string, previous: string[] = []) => [...previous, value]
+    )
+    .option('--max-errors <n>', 'exit 4 when more trials than this errored')
+    .option('--junit <file>', 'write JUnit XML, one test case per trial')
+    .option('--pass-threshold <x>', 'a trial passes in the JUnit file when its primary reward reaches this', '1');
+}
+
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
     .showHelpAfterError();
 
-  program
-    .command('run <job>', { isDefault: true })
-    .description('run a job (job.yaml or job.json); `rollout <job>` does the same')
-    .option('--no-worker', 'run no worker in this process: only submit and watch')
-    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-    .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-    .action(async (job: string, opts: { worker: boolean; hostId: string; maxTrials?: number }) => {
-      installQuietRuntime();
-      process.exitCode = await runJobFile(job, opts);
-    });
+  withGateOptions(
+    program
+      .command('run <job>', { isDefault: true })
+      .description('run a job (job.yaml or job.json); `rollout <job>` does the same')
+      .option('--no-worker', 'run no worker in this process: only submit and watch')
+      .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+      .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+  ).action(async (job: string, opts: GateFlags & { worker: boolean; hostId: string; maxTrials?: number }) => {
+    const gate = parseGateOptions(opts);
+    installQuietRuntime();
+    process.exitCode = await runJobFile(job, { ...opts, gate });
+  });
 
   program
     .command('worker')
@@ -88,32 +121,36 @@ export function buildProgram(): Command {
       process.exitCode = await serve(opts);
     });
 
-  program
-    .command('resume <job>')
-    .description('run an interrupted job again from its folder (name under --jobs-dir, or the folder itself)')
-    .option('--jobs-dir <dir>', 'where job folders are', 'jobs')
-    .option(
-      '--retry-errored [types...]',
-      'also re-run finished trials with these error types (default: InfrastructureError)'
-    )
-    .option('--no-worker', 'run no worker in this process: only submit and watch')
-    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-    .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-    .action(
-      async (
-        job: string,
-        opts: { jobsDir: string; retryErrored?: string[] | true; worker: boolean; hostId: string; maxTrials?: number }
-      ) => {
-        installQuietRuntime();
-        const rerunErrorTypes =
-          opts.retryErrored === true
-            ? ['InfrastructureError']
-            : opts.retryErrored === undefined
-              ? []
-              : opts.retryErrored;
-        process.exitCode = await resumeJob(job, opts.jobsDir, { ...opts, rerunErrorTypes });
+  withGateOptions(
+    program
+      .command('resume <job>')
+      .description('run an interrupted job again from its folder (name under --jobs-dir, or the folder itself)')
+      .option('--jobs-dir <dir>', 'where job folders are', 'jobs')
+      .option(
+        '--retry-errored [types...]',
+        'also re-run finished trials with these error types (default: InfrastructureError)'
+      )
+      .option('--no-worker', 'run no worker in this process: only submit and watch')
+      .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+      .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+  ).action(
+    async (
+      job: string,
+      opts: GateFlags & {
+        jobsDir: string;
+        retryErrored?: string[] | true;
+        worker: boolean;
+        hostId: string;
+        maxTrials?: number;
       }
-    );
+    ) => {
+      const gate = parseGateOptions(opts);
+      installQuietRuntime();
+      const rerunErrorTypes =
+        opts.retryErrored === true ? ['InfrastructureError'] : opts.retryErrored === undefined ? [] : opts.retryErrored;
+      process.exitCode = await resumeJob(job, opts.jobsDir, { ...opts, rerunErrorTypes, gate });
+    }
+  );
 
   program
     .command('cancel <job>')
@@ -125,35 +162,17 @@ export function buildProgram(): Command {
       process.exitCode = await cancelJob(job, opts);
     });
 
-  program
-    .command('status <job>')
-    .description("a job's progress: counts by state, metrics so far, running trials with their current step")
-    .action(async (job: string) => {
-      const endpoint = await resolveTemporal({ startDevServer: false });
-      const { connection, client } = await connectClient(endpoint);
-      try {
-        if (!(await jobExists(client, job)))
-          throw new InputError([{ file: job, message: 'no such job on this Temporal server' }]);
-        const progress = await queryProgress(client, job);
-        if (!progress) {
-          console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);
-        } else {
-          const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
-          console.log(
-            `job ${job}: ${progress.status} · ${progress.finished}/${progress.total} finished · ${progress.running} running · ` +
-              `${progress.completed} completed · ${progress.errored} errored · ${progress.infrastructureErrors} infrastructure errors · ` +
-              `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
-          );
-          if (errors.length) console.log(`errors: ${errors.join(', ')}`);
-          if (Object.keys(progress.evals).length) console.log(renderEvals(progress.evals));
-        }
-        for (const trial of await runningTrialSteps(client, job)) {
-          console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
-        }
-      } finally {
-        await connection.close();
-      }
-    });
+  withGateOptions(
+    program
+      .command('status <job>')
+      .description(
+        "a job's progress: counts by state, metrics so far, running trials with their current step; " +
+          'a job folder reads its results on disk (no server needed)'
+      )
+  ).action(async (job: string, opts: GateFlags) => {
+    const gate = parseGateOptions(opts);
+    process.exitCode = existsSync(jobFiles.result(job)) ? await folderStatus(job, gate) : await serverStatus(job, gate);
+  });
 
   program
     .command('jobs')
@@ -196,6 +215,53 @@ export function buildProgram(): Command {
       if (!status.running) process.exitCode = 1;
     });
   return program;
+}
+
+/** `rollout status <job folder>`: the job's result.json as the final report, then the gate. */
+async function folderStatus(jobDir: string, gate: GateOptions): Promise<number> {
+  const result = await readJson<JobResult>(jobFiles.result(jobDir));
+  if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'not a readable job result' }]);
+  console.log(
+    `job ${result.job_name}: ${result.status} · ${result.n_finished_trials}/${result.n_total_trials} finished`
+  );
+  console.log(renderReport(result));
+  return gateRequested(gate) ? applyGate(jobDir, result.job_name, result, gate) : 0;
+}
+
+/** `rollout status <job name>`: live from the Temporal server; the gate reads the job's folder (from its memo). */
+async function serverStatus(job: string, gate: GateOptions): Promise<number> {
+  const endpoint = await resolveTemporal({ startDevServer: false });
+  const { connection, client } = await connectClient(endpoint);
+  try {
+    if (!(await jobExists(client, job)))
+      throw new InputError([{ file: job, message: 'no such job on this Temporal server (or give its folder)' }]);
+    const progress = await queryProgress(client, job);
+    if (!progress) {
+      console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);
+    } else {
+      const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
+      console.log(
+        `job ${job}: ${progress.status} · ${progress.finished}/${progress.total} finished · ${progress.running} running · ` +
+          `${progress.completed} completed · ${progress.errored} errored · ${progress.infrastructureErrors} infrastructure errors · ` +
+          `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
+      );
+      if (errors.length) console.log(`errors: ${errors.join(', ')}`);
+      if (Object.keys(progress.evals).length) console.log(renderEvals(progress.evals));
+    }
+    for (const trial of await runningTrialSteps(client, job)) {
+      console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
+    }
+    if (!gateRequested(gate)) return 0;
+    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
+    const jobDir = String(memo?.jobDir);
+    const result = await readJson<JobResult>(jobFiles.result(jobDir));
+    if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'no job result on disk yet' }]);
+    if (result.status === 'running')
+      console.log(`gate on ${result.n_finished_trials}/${result.n_total_trials} finished trials`);
+    return await applyGate(jobDir, job, result, gate);
+  } finally {
+    await connection.close();
+  }
 }
 
 export async function main(argv: string[]): Promise<void> {

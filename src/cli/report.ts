@@ -12,23 +12,35 @@ export function renderReport(result: JobResult): string {
   return lines.join('\n');
 }
 
-/** One row per agent × dataset × reward key, a column per metric. */
+const OTHER_METRICS = ['sum', 'min', 'max'] as const;
+
+/**
+ * One row per agent × dataset × reward key: n (trials the key is summarised over), the mean with its 95% interval,
+ * the other configured metrics and pass@k when tasks had several attempts.
+ */
 export function renderEvals(evals: JobResult['evals']): string {
-  const metricNames = [
-    ...new Set(Object.values(evals).flatMap((e) => Object.values(e.metrics).flatMap((m) => Object.keys(m)))),
-  ];
-  const header = ['agent', 'dataset', 'reward', 'trials', 'errors', ...metricNames];
+  const all = Object.values(evals).flatMap((e) => Object.values(e.metrics));
+  const others = OTHER_METRICS.filter((name) => all.some((m) => m[name] !== undefined));
+  const maxK = Math.max(0, ...all.map((m) => Object.keys(m.pass_at_k ?? {}).length));
+  const passKs = Array.from({ length: maxK }, (_, i) => String(i + 1));
+  const header = ['agent', 'dataset', 'reward', 'n', 'trials', 'errors', 'mean', 'ci95', ...others];
+  header.push(...passKs.map((k) => `pass@${k}`));
   const rows: string[][] = [];
   for (const evaluation of Object.values(evals)) {
     const keys = Object.keys(evaluation.metrics);
     for (const key of keys.length ? keys : ['–']) {
+      const metric = evaluation.metrics[key];
       rows.push([
         evaluation.agent,
         evaluation.dataset,
         key,
+        formatNumber(metric?.n),
         String(evaluation.n_trials),
         String(evaluation.n_errors),
-        ...metricNames.map((name) => formatNumber(evaluation.metrics[key]?.[name])),
+        formatNumber(metric?.mean),
+        metric?.ci95 ? `[${formatNumber(metric.ci95[0])}, ${formatNumber(metric.ci95[1])}]` : '–',
+        ...others.map((name) => formatNumber(metric?.[name])),
+        ...passKs.map((k) => formatNumber(metric?.pass_at_k?.[k])),
       ]);
     }
   }
@@ -37,7 +49,7 @@ export function renderEvals(evals: JobResult['evals']): string {
 
 function formatNumber(value: number | undefined): string {
   if (value === undefined) return '';
-  return Number.isInteger(value) ? String(value) : value.toFixed(4);
+  return Number.isInteger(value) ? String(value) : value.toFixed(3);
 }
 
 function table(rows: string[][]): string {

@@ -18,6 +18,8 @@ import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
+import type { GateOptions } from './gate';
+import { applyGate, gateRequested } from './gate';
 import { ProgressView } from './progress';
 import { renderReport } from './report';
 
@@ -28,6 +30,8 @@ export interface RunOptions {
   rerunErrorTypes?: string[];
   hostId?: string;
   maxTrials?: number;
+  /** CI gate: thresholds, error bound and JUnit file, applied to the results once the job completed. */
+  gate?: GateOptions;
 }
 
 const POLL_MS = 500;
@@ -127,7 +131,11 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   if (result) console.log(renderReport(result));
   console.log(`results: ${plan.jobDir}`);
   if (uiUrl) console.log(`Temporal UI: ${uiUrl}`);
-  return final.status === 'completed' ? 0 : 1;
+  const code = final.status === 'completed' ? 0 : 1;
+  if (!options.gate || !gateRequested(options.gate)) return code;
+  if (!result) throw new Error(`${jobFiles.result(plan.jobDir)} is missing: no verdict`);
+  const gateCode = await applyGate(plan.jobDir, job.name, result, options.gate);
+  return code === 0 ? gateCode : code;
 }
 
 /** `rollout cancel <job>`: cancels the Job workflow and, with a worker here, runs the trials' clean-up. */

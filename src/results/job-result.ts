@@ -1,4 +1,4 @@
-import type { JobStats } from './job-stats';
+import type { JobStats, RewardMetrics } from './job-stats';
 import { finishedCount, groupMetrics } from './job-stats';
 import type { MetricType } from '../job/schema';
 
@@ -28,8 +28,8 @@ export interface JobResult {
       n_trials: number;
       n_scored_trials: number;
       n_errors: number;
-      /** metric values per reward key, e.g. { "reward": { "mean": 0.5 } } */
-      metrics: Record<string, Record<string, number>>;
+      /** per reward key, e.g. { "reward": { "n": 4, "mean": 0.5, "ci95": [0.1, 0.9], "pass_at_k": {"1": 0.5, "2": 0.8} } } */
+      metrics: Record<string, RewardMetrics>;
     }
   >;
 }

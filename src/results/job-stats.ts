@@ -5,12 +5,20 @@
 import type { MetricType } from '../job/schema';
 import type { TrialErrorType, TrialSummary } from '../trial/types';
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+import type { TaskTally } from './statistics';
+import { PASS_VALUE, meanEstimate, passAtKByK } from './statistics';
 
 export interface RewardAccumulator {
   n: number;
   sum: number;
   min: number;
   max: number;
+}
+
+/** One task's scored trials: those without any reward, and per reward key `[trials, sum, passes]`. */
+export interface TaskStats {
+  unrewarded: number;
+  keys: Record<string, [number, number, number]>;
 }
 
 /** One agent × dataset. Scored trials are all but infrastructure errors and cancellations. */
@@ -21,6 +29,23 @@ export interface GroupStats {
   n_scored: number;
   n_errors: number;
   rewards: Record<string, RewardAccumulator>;
+  /** Scored trials with no reward at all (a task error before the verifier wrote one). */
+  n_unrewarded?: number;
+  /** Per task name: what the interval and pass@k need (a few numbers per task, never per trial). */
+  tasks?: Record<string, TaskStats>;
+}
+
+/** What each reward key reports in the job result (docs/results.md). */
+export interface RewardMetrics {
+  /** Trials the key is summarised over. */
+  n: number;
+  mean: number;
+  sum?: number;
+  min?: number;
+  max?: number;
+  ci95: [number, number] | null;
+  /** With several attempts per task: k → pass@k. */
+  pass_at_k?: Record<string, number>;
 }
 
 export interface JobStats {
@@ -74,12 +99,23 @@ export function addTrial(stats: JobStats, trial: TrialSummary): JobStats {
   // Infrastructure errors and cancellations say nothing about the agent: they stay out of the metrics.
   if (errorType === CANCELLED_ERROR || errorType === INFRASTRUCTURE_ERROR) return stats;
   group.n_scored += 1;
-  for (const [name, value] of Object.entries(trial.rewards ?? {})) {
+  // Groups carried over from a run of an older Rollout lack the per-task tallies: they start from here.
+  const task = ((group.tasks ??= {})[trial.taskName] ??= { unrewarded: 0, keys: {} });
+  const rewards = Object.entries(trial.rewards ?? {});
+  if (rewards.length === 0) {
+    group.n_unrewarded = (group.n_unrewarded ?? 0) + 1;
+    task.unrewarded += 1;
+  }
+  for (const [name, value] of rewards) {
     const acc = (group.rewards[name] ??= { n: 0, sum: 0, min: value, max: value });
     acc.n += 1;
     acc.sum += value;
     acc.min = Math.min(acc.min, value);
     acc.max = Math.max(acc.max, value);
+    const tally = (task.keys[name] ??= [0, 0, 0]);
+    tally[0] += 1;
+    tally[1] += value;
+    if (value >= PASS_VALUE) tally[2] += 1;
   }
   return stats;
 }
@@ -88,27 +124,41 @@ export function finishedCount(stats: JobStats): number {
   return stats.n_completed + stats.n_errored + stats.n_cancelled + stats.n_infrastructure_errors;
 }
 
+/** The key a group is judged by: "reward" when any trial reports it, else the first key reported. */
+export function primaryKey(keys: readonly string[]): string {
+  return keys.includes('reward') ? 'reward' : ([...keys].sort()[0] ?? 'reward');
+}
+
 /**
- * Metric values per reward key. A scored trial without a value for a key (no reward file, or a reward.json without
- * that key) counts as 0, as Harbor does; a group with no reward at all reports the key "reward".
+ * Metrics per reward key (docs/results.md): a key is summarised over the trials that report it; the primary key
+ * also over scored trials with no reward at all, which count 0 (a scored error is a failure, not a gap). Each key
+ * has its n, mean and 95% interval, the configured metrics and, with several attempts per task, pass@k.
  */
-export function groupMetrics(
-  group: GroupStats,
-  metrics: readonly MetricType[]
-): Record<string, Record<string, number>> {
+export function groupMetrics(group: GroupStats, metrics: readonly MetricType[]): Record<string, RewardMetrics> {
+  const primary = primaryKey(Object.keys(group.rewards));
   const keys = Object.keys(group.rewards).sort();
-  if (keys.length === 0 && group.n_scored > 0) keys.push('reward');
-  const result: Record<string, Record<string, number>> = {};
+  if (!keys.includes(primary) && group.n_scored > 0) keys.push(primary);
+  const result: Record<string, RewardMetrics> = {};
   for (const key of keys) {
-    const acc = group.rewards[key] ?? { n: 0, sum: 0, min: 0, max: 0 };
-    const missing = group.n_scored - acc.n;
-    const values: Record<string, number> = {};
+    const unrewarded = key === primary ? (group.n_unrewarded ?? 0) : 0;
+    const acc = group.rewards[key];
+    const tallies: TaskTally[] = Object.values(group.tasks ?? {}).map((task) => {
+      const [n, sum, passes] = task.keys[key] ?? [0, 0, 0];
+      const zeros = key === primary ? task.unrewarded : 0;
+      return { n: n + zeros, sum, passes };
+    });
+    const estimate = meanEstimate(tallies);
+    const n = (acc?.n ?? 0) + unrewarded;
+    const sum = acc?.sum ?? 0;
+    const values: RewardMetrics = { n, mean: n > 0 ? sum / n : 0, ci95: estimate.ci95 };
     for (const metric of metrics) {
-      if (metric === 'sum') values.sum = acc.sum;
-      else if (metric === 'mean') values.mean = group.n_scored > 0 ? acc.sum / group.n_scored : 0;
-      else if (metric === 'min') values.min = missing > 0 ? Math.min(acc.n > 0 ? acc.min : 0, 0) : acc.min;
-      else values.max = missing > 0 ? Math.max(acc.n > 0 ? acc.max : 0, 0) : acc.max;
+      if (metric === 'sum') values.sum = sum;
+      else if (metric === 'mean') continue;
+      else if (metric === 'min') values.min = unrewarded > 0 ? Math.min(acc?.min ?? 0, 0) : (acc?.min ?? 0);
+      else values.max = unrewarded > 0 ? Math.max(acc?.max ?? 0, 0) : (acc?.max ?? 0);
     }
+    const passAtK = passAtKByK(tallies);
+    if (passAtK) values.pass_at_k = passAtK;
     result[key] = values;
   }
   return result;
