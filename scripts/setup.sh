@@ -29,6 +29,24 @@ if ! docker info >/dev/null 2>&1; then
 fi
 log "docker $(docker version --format '{{.Server.Version}}') is running"
 
+# --- BuildKit and Docker Compose v2 -----------------------------------------
+# Real tasks need BuildKit (COPY --chmod, RUN --mount, heredocs) and compose environments. Debian trixie packages
+# both (docker-buildx, docker-compose v2); they depend only on libc, so they install on bookworm. The trixie
+# source is pinned low so nothing else on the machine moves to trixie.
+if ! docker buildx version >/dev/null 2>&1 || ! docker compose version >/dev/null 2>&1; then
+  log "installing docker-buildx and docker-compose from Debian trixie"
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$mirror" | $SUDO tee /etc/apt/sources.list.d/rollout-trixie.sources >/dev/null
+  printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' | $SUDO tee /etc/apt/preferences.d/rollout-trixie >/dev/null
+  $SUDO apt-get update -qq
+  apt_updated=1
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends -t trixie \
+    docker-buildx docker-compose >/dev/null
+fi
+log "$(docker buildx version | head -1); $(docker compose version | head -1)"
+
 # --- Base image (no registry here: build it from Debian's packages) ---------
 if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap

@@ -146,11 +146,12 @@ describe('invalid input', () => {
   });
 
   it('names the job file, not "job", in a registry dataset error', async () => {
+    await write('registry.json', JSON.stringify([{ name: 'y', version: '1', tasks: [] }]));
     await expectInputError(
       ['agents:', '  - name: oracle', 'datasets:', '  - registry: { path: registry.json }', '    name: x', ''].join(
         '\n'
       ),
-      [/^error: \/.*\/job\.yaml: datasets\.0\.registry: registry datasets are not supported yet/m]
+      [/^error: \/.*\/job\.yaml: datasets\.0\.name: no dataset "x" in the registry; it has: y$/m]
     );
   });
 

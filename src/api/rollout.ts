@@ -121,7 +121,7 @@ export class Rollout {
         }))
       );
     }
-    await saveJobFolder(job, plan);
+    await saveJobFolder(plan);
     const handle = await startJobWorkflow(this.client, plan, jobInput(job, plan));
     return new JobRun(job.name, plan.jobDir, handle);
   }

@@ -6,6 +6,7 @@ import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import type { EnvironmentType } from '../job/schema';
+import { readRegistry, registrySource } from '../registry/load';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
 import { installQuietRuntime } from '../temporal/runtime';
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
@@ -16,7 +17,7 @@ import type { GateOptions } from './gate';
 import { applyGate, gateRequested, parseGateOptions } from './gate';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
-import { renderEvals, renderReport } from './report';
+import { renderDatasetList, renderEvals, renderReport } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 import type { ServeFlags } from './serve';
 import { serve } from './serve';
@@ -188,6 +189,19 @@ export function buildProgram(): Command {
       } finally {
         await connection.close();
       }
+    });
+
+  program
+    .command('datasets')
+    .description('registry datasets')
+    .command('list')
+    .description('the datasets of a registry: name, version, task count, description')
+    .option(
+      '--registry <path-or-url>',
+      'a registry.json file or URL (default: ROLLOUT_REGISTRY_URL, else the shipped one)'
+    )
+    .action(async (opts: { registry?: string }) => {
+      console.log(renderDatasetList(await readRegistry(opts.registry ? registrySource(opts.registry) : undefined)));
     });
 
   const server = program.command('server').description('manage the local Temporal dev server (the embedded default)');

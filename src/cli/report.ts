@@ -1,3 +1,4 @@
+import type { RegistryDataset } from '../registry/schema';
 import type { JobResult } from '../results/job-result';
 
 /** The final summary: the metrics table, then trial and error counts. */
@@ -45,6 +46,17 @@ export function renderEvals(evals: JobResult['evals']): string {
     }
   }
   return table([header, ...rows]);
+}
+
+/** `rollout datasets list`: one row per dataset version. */
+export function renderDatasetList(registry: RegistryDataset[]): string {
+  const rows = registry.map((dataset) => [
+    dataset.name,
+    dataset.version,
+    String(dataset.tasks.length),
+    dataset.description.replace(/\s+/g, ' '),
+  ]);
+  return table([['name', 'version', 'tasks', 'description'], ...rows]);
 }
 
 function formatNumber(value: number | undefined): string {

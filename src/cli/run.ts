@@ -69,7 +69,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
     );
   }
   if (options.worker) await createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping();
-  await saveJobFolder(job, plan);
+  await saveJobFolder(plan);
 
   const endpoint = await resolveTemporal({ startDevServer: true });
   const { connection, client } = await connectClient(endpoint);

@@ -90,8 +90,8 @@ function resolveJob(job: JobConfig, file: string, base: string): ResolvedJob {
     file,
     jobs_dir: path.resolve(job.jobs_dir),
     datasets: job.datasets.map((dataset) => {
-      if ('path' in dataset) return { path: resolveExisting(base, dataset.path) };
-      if ('path' in dataset.registry)
+      if ('path' in dataset) return { ...dataset, path: resolveExisting(base, dataset.path) };
+      if (dataset.registry && 'path' in dataset.registry)
         return { ...dataset, registry: { path: resolveExisting(base, dataset.registry.path) } };
       return dataset;
     }),

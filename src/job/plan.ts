@@ -1,15 +1,14 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement } from '../environments';
 import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
-import { loadDataset } from '../task/load';
 import type { StepTimeouts, TrialSpec } from '../trial/types';
+import { jobFiles, readJson } from '../results/files';
+import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
 import { ORACLE_AGENT } from './schema';
@@ -21,6 +20,8 @@ export interface PlannedTrial {
 }
 
 export interface JobPlan {
+  /** The job with its registry datasets pinned to full commits: what config.json keeps. */
+  job: ResolvedJob;
   jobDir: string;
   jobWorkflowId: string;
   trials: PlannedTrial[];
@@ -45,22 +46,12 @@ export function jobWorkflowId(jobName: string): string {
  * task → attempt → agent, so trials of one environment run close together and share a warm image.
  */
 export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: number } = {}): Promise<JobPlan> {
-  const problems: Problem[] = [];
-  const datasets: { name: string; tasks: Task[] }[] = [];
-  for (const [index, dataset] of job.datasets.entries()) {
-    if (!('path' in dataset)) {
-      problems.push({
-        file: job.file,
-        field: `datasets.${index}.registry`,
-        message: 'registry datasets are not supported yet; use a local dataset path',
-      });
-      continue;
-    }
-    const loaded = await loadDataset(dataset.path, environmentRequirement(job.environment.type));
-    problems.push(...loaded.problems);
-    datasets.push({ name: path.basename(dataset.path), tasks: loaded.tasks });
-  }
-  if (problems.length > 0) throw new InputError(problems);
+  const loaded = await loadJobDatasets(job, {
+    requirement: environmentRequirement(job.environment.type),
+    // An earlier run of this job pinned its registry tasks: keep those commits.
+    previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
+  });
+  const datasets = loaded.datasets;
 
   const jobDir = path.join(job.jobs_dir, job.name);
   const workflowId = jobWorkflowId(job.name);
@@ -124,6 +115,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   ].sort();
 
   return {
+    job: loaded.job,
     jobDir,
     jobWorkflowId: workflowId,
     trials: trials.map((spec, index) => ({ spec, envLast: lastIndexOfEnv.get(spec.envKey) === index })),

@@ -55,11 +55,34 @@ const RegistrySource = z.union([
   z.strictObject({ url: z.string().url() }),
 ]);
 
-export const DatasetSchema = z.union([
-  z.strictObject({ path: z.string().min(1) }),
-  z.strictObject({ registry: RegistrySource, name: z.string().min(1), version: z.string().optional() }),
-]);
+/** Harbor's per-dataset selection keys (globs on task names, a count, a seed for a deterministic sample). */
+const selectionKeys = {
+  task_names: z.array(z.string().min(1)).min(1).optional(),
+  exclude_task_names: z.array(z.string().min(1)).optional(),
+  n_tasks: z.number().int().positive().optional(),
+  sample_seed: z.number().int().optional(),
+};
+
+/** A registry task at a full commit. Rollout writes these into config.json so a resume runs the same files. */
+const PinnedTaskSchema = z.strictObject({
+  name: z.string().min(1),
+  git_url: z.string().min(1),
+  git_commit_id: z.string().regex(/^[0-9a-f]{40}$/, 'a full commit SHA'),
+  path: z.string(),
+});
+
+export const PathDatasetSchema = z.strictObject({ path: z.string().min(1), ...selectionKeys });
+export const RegistryDatasetConfigSchema = z.strictObject({
+  /** Absent: the registry shipped with Rollout, or ROLLOUT_REGISTRY_URL. */
+  registry: RegistrySource.optional(),
+  name: z.string().min(1),
+  version: z.string().min(1).optional(),
+  ...selectionKeys,
+  pinned_tasks: z.array(PinnedTaskSchema).optional(),
+});
+export const DatasetSchema = z.union([PathDatasetSchema, RegistryDatasetConfigSchema]);
 export type DatasetConfig = z.infer<typeof DatasetSchema>;
+export type RegistryDatasetConfig = z.infer<typeof RegistryDatasetConfigSchema>;
 
 export const JobConfigSchema = z
   .strictObject({
@@ -75,16 +98,19 @@ export const JobConfigSchema = z
     log_level: z.enum(['debug', 'info', 'warn', 'warning', 'error']).default('info'),
     environment: z
       .strictObject({
-        type: z.enum(ENVIRONMENT_TYPES, {
-          message: `unknown environment type: expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
-        }),
+        type: z
+          .enum(ENVIRONMENT_TYPES, {
+            message: `unknown environment type: expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
+          })
+          // Harbor's default: an environment without a type is Docker.
+          .default('docker'),
         force_build: z.boolean().default(false),
         delete: z.boolean().default(true),
         override_cpus: quantity(parseCpus).optional(),
         override_memory: quantity(parseBytes).optional(),
         override_storage: quantity(parseBytes).optional(),
       })
-      .prefault({ type: 'docker' }),
+      .prefault({}),
     verifier: z
       .strictObject({
         override_timeout_sec: optionalSeconds,

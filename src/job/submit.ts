@@ -23,11 +23,11 @@ import type { JobPlan } from './plan';
 import { writePlanFile } from './plan-file';
 
 /**
- * config.json (the job as resolved; secrets stay `${VAR}`) and plan.jsonl. An existing job folder with a different
+ * config.json (the job as resolved, registry datasets pinned to full commits; secrets stay `${VAR}`) and plan.jsonl. An existing job folder with a different
  * configuration is never overwritten: its results would no longer match.
  */
-export async function saveJobFolder(job: ResolvedJob, plan: JobPlan): Promise<void> {
-  await saveJobConfig(job, plan.jobDir);
+export async function saveJobFolder(plan: JobPlan): Promise<void> {
+  await saveJobConfig(plan.job, plan.jobDir);
   await writePlanFile(plan.jobDir, plan.trials);
 }
 

@@ -83,7 +83,7 @@ export async function submitJob(
 ) {
   const job = await loadJobFile(jobFile);
   const plan = await planJob(job, { hostLostTimeoutSec: options.hostLostTimeoutSec });
-  await saveJobFolder(job, plan);
+  await saveJobFolder(plan);
   const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
   return { handle, plan, job };
 }
