@@ -15,6 +15,7 @@ import { writeJobResult, writeTrialResult } from './results';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
 import { runVerifier } from './verify';
+import { runSessionCommand, writeSessionRecord } from './session';
 
 export type { ActivityDeps, TrialSlots } from './context';
 
@@ -32,6 +33,8 @@ export function createProviderActivities(deps: ActivityDeps) {
     cleanupEnvironment: cleanupEnvironment(deps),
     removeImage: removeImage(deps),
     writeTrialResult,
+    runSessionCommand: runSessionCommand(deps),
+    writeSessionRecord,
   };
 }
 

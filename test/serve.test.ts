@@ -6,16 +6,15 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 
 import type { Client, Connection } from '@temporalio/client';
 
-import { startCli } from './support/cli';
 import { writeLocalJob } from './support/local-job';
 import { REPO_ROOT, testTemporal } from './support/temporal';
+import { freePort, ServeProcess } from './support/serve';
 import { waitFor } from './support/wait';
 
 const TOKEN = `tok-${randomBytes(8).toString('hex')}`;
@@ -25,45 +24,12 @@ const EP_PYTHON = path.join(REPO_ROOT, '.venv-test', 'bin', 'python');
 let dir: string;
 let base: string;
 let serveName: string;
-let server: ReturnType<typeof startCli> | undefined;
+let server: ServeProcess;
 let client: Client;
 let connection: Connection;
 
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
-
-async function startServer(): Promise<void> {
-  server = startCli(['serve', '--config', 'serve.yaml'], { cwd: dir, env: { ROLLOUT_SERVE_TOKEN: TOKEN } });
-  await waitFor(
-    'rollout serve to answer /health',
-    async () => (await fetch(`${base}/health`).catch(() => undefined))?.ok === true,
-    60_000
-  );
-}
-
-async function stopServer(signal: NodeJS.Signals): Promise<string> {
-  if (!server) return '';
-  server.kill(signal);
-  const { stdout, stderr } = await server.output;
-  server = undefined;
-  return stdout + stderr;
-}
-
 function api(pathname: string, init: { method?: string; body?: unknown; token?: string | null } = {}) {
-  const token = init.token === undefined ? TOKEN : init.token;
-  return fetch(`${base}${pathname}`, {
-    method: init.method ?? (init.body ? 'POST' : 'GET'),
-    headers: {
-      ...(token ? { authorization: `Bearer ${token}` } : {}),
-      ...(init.body ? { 'content-type': 'application/json' } : {}),
-    },
-    ...(init.body ? { body: JSON.stringify(init.body) } : {}),
-  });
+  return server.request(pathname, init);
 }
 
 function initBody(rolloutId: string, rowId: string) {
@@ -76,9 +42,8 @@ function initBody(rolloutId: string, rowId: string) {
   };
 }
 
-async function statusOf(rolloutId: string) {
-  const response = await api(`/status?rollout_id=${encodeURIComponent(rolloutId)}`);
-  return { http: response.status, body: (await response.json()) as Record<string, unknown> };
+function statusOf(rolloutId: string) {
+  return server.json(`/status?rollout_id=${encodeURIComponent(rolloutId)}`);
 }
 
 /** Every string and decoded payload byte of a history, as one text (payloads are bytes in the proto). */
@@ -135,10 +100,11 @@ describe('rollout serve: remote rollouts', () => {
         '',
       ].join('\n')
     );
-    await startServer();
+    server = new ServeProcess(base, dir, TOKEN);
+    await server.start();
   });
   after(async () => {
-    await stopServer('SIGTERM');
+    await server.stop('SIGTERM');
     await connection.close();
   });
 
@@ -210,9 +176,9 @@ describe('rollout serve: remote rollouts', () => {
   it('answers status across a server kill and restart, and the rollout completes', async () => {
     assert.equal((await api('/init', { body: initBody('slow-1', 'slow') })).status, 200);
     await waitFor('the slow rollout to be running', async () => (await statusOf('slow-1')).body.terminated === false);
-    const output = await stopServer('SIGKILL');
+    const output = await server.stop('SIGKILL');
     assert.ok(!output.includes(API_KEY), 'key in the server output');
-    await startServer();
+    await server.start();
     const during = await statusOf('slow-1');
     assert.equal(during.http, 200);
     await waitFor(

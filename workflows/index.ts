@@ -1,3 +1,4 @@
 /** The workflows a Rollout worker registers (its `workflowsPath`). */
 export { jobWorkflow } from './job';
 export { trialWorkflow } from './trial';
+export { sessionWorkflow } from './session';

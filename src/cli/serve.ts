@@ -7,6 +7,9 @@ import type { ServeConfig } from '../serve/config';
 import { loadServeConfig } from '../serve/config';
 import { RemoteRollouts } from '../serve/remote-rollouts';
 import { buildServer } from '../serve/server';
+import type { SessionTask } from '../serve/sessions';
+import { Sessions } from '../serve/sessions';
+import { loadTask } from '../task/load';
 import type { TrialSpec } from '../trial/types';
 
 export interface ServeFlags {
@@ -55,7 +58,13 @@ export async function serve(flags: ServeFlags): Promise<number> {
   });
   const jobDir = tasks.values().next().value!.jobDir;
   const rollouts = new RemoteRollouts(rollout.client, tasks, job, jobDir, config.task_from);
-  const app = buildServer({ token, rollouts });
+  const sessions = new Sessions(rollout.client, job, config.dataset, await sessionTasks(tasks), {
+    idleTimeoutSec: config.sessions.idle_timeout_sec,
+    maxLifetimeSec: config.sessions.max_lifetime_sec,
+    stepTimeoutSec: config.sessions.step_timeout_sec,
+    outputLimitBytes: config.sessions.output_limit_bytes,
+  });
+  const app = buildServer({ token, rollouts, routes: sessions.routes() });
   const address = await app.listen({ port: config.port, host: config.host });
   console.error(
     `rollout serve: ${address} · dataset ${config.dataset} · agent ${config.agentConfig.name} · results ${jobDir}`
@@ -68,6 +77,17 @@ export async function serve(flags: ServeFlags): Promise<number> {
   await app.close();
   await rollout.close();
   return 0;
+}
+
+async function sessionTasks(tasks: Map<string, TrialSpec>): Promise<Map<string, SessionTask>> {
+  const entries = await Promise.all(
+    [...tasks].map(async ([name, spec]) => {
+      const loaded = await loadTask(spec.taskDir);
+      if (!loaded.task) throw new InputError(loaded.problems);
+      return [name, { spec, instruction: loaded.task.instruction }] as const;
+    })
+  );
+  return new Map(entries);
 }
 
 /** The job folder rollouts and sessions write to, and one planned trial per task of the dataset. */

@@ -36,8 +36,6 @@ export const ServeConfigSchema = z.strictObject({
         .int()
         .positive()
         .default(64 * 1024),
-      /** Sessions one worker holds at once (each holds a container). */
-      max_per_worker: z.number().int().positive().default(16),
       /** Environments kept started ahead of demand per task (0: none). */
       warm_pool: z.number().int().nonnegative().default(0),
     })

@@ -1,0 +1,227 @@
+/**
+ * Step-by-step sessions over HTTP (reset → prompt and tools; step → observation, reward, finished). The server keeps
+ * no state: each session is a Session workflow, found again by its id after any restart.
+ */
+import { randomUUID } from 'node:crypto';
+
+import type { Client } from '@temporalio/client';
+import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
+import { z } from 'zod';
+
+import type { sessionWorkflow } from '../../workflows';
+import {
+  endSessionSignal,
+  sessionReadyUpdate,
+  sessionRecordQuery,
+  sessionStepUpdate,
+} from '../../workflows/session-messages';
+import { namedTrial } from '../api/rollout';
+import { boundedId } from '../job/plan';
+import { JOB_TASK_QUEUE } from '../temporal/queues';
+import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
+import type { SessionLimits, SessionRecord, ToolCall } from '../trial/session-types';
+import type { TrialSpec } from '../trial/types';
+import type { Route } from './server';
+
+const ErrorSchema = z.object({ error: z.string() });
+const CreateSchema = z.strictObject({
+  task: z.string().min(1),
+  dataset: z.string().optional(),
+  /** A shorter idle timeout for this session than the server's (never a longer one). */
+  idle_timeout_sec: z.number().positive().optional(),
+});
+const StepSchema = z.strictObject({
+  tool_call: z.looseObject({
+    name: z.string().min(1),
+    // An object, or a JSON string as OpenAI tool calls carry them.
+    arguments: z.union([z.record(z.string(), z.unknown()), z.string()]).default({}),
+  }),
+});
+const IdParams = z.object({ id: z.string().min(1) });
+const StepOutcomeSchema = z.object({
+  observation: z.string(),
+  reward: z.number(),
+  finished: z.boolean(),
+  info: z.record(z.string(), z.unknown()),
+});
+
+export interface SessionTask {
+  spec: TrialSpec;
+  instruction: string;
+}
+
+export class Sessions {
+  constructor(
+    private readonly client: Client,
+    private readonly jobName: string,
+    private readonly datasetDir: string,
+    private readonly tasks: Map<string, SessionTask>,
+    private readonly limits: SessionLimits
+  ) {}
+
+  tools() {
+    return [
+      {
+        type: 'function',
+        function: {
+          name: 'bash',
+          description:
+            `Run a bash command in the task's container, in its working directory. At most ` +
+            `${this.limits.stepTimeoutSec} s per command; output (stdout and stderr) cut at ` +
+            `${this.limits.outputLimitBytes} bytes.`,
+          parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+        },
+      },
+      {
+        type: 'function',
+        function: {
+          name: 'submit',
+          description: 'Run the task verifier on the container as it is now, return its reward and end the session.',
+          parameters: { type: 'object', properties: {} },
+        },
+      },
+    ];
+  }
+
+  routes(): Route[] {
+    return [
+      {
+        method: 'POST',
+        path: '/sessions',
+        summary: 'Start a session on a task: its container runs when this returns (prompt = the instruction)',
+        body: CreateSchema,
+        responses: {
+          200: z.object({ session_id: z.string(), prompt: z.string(), tools: z.array(z.unknown()) }),
+          400: ErrorSchema,
+          503: ErrorSchema,
+        },
+        handler: async ({ body }, reply) => {
+          const { task, dataset, idle_timeout_sec: idle } = body as z.infer<typeof CreateSchema>;
+          if (dataset !== undefined && dataset !== this.datasetDir) {
+            return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
+          }
+          const planned = this.tasks.get(task);
+          if (!planned) {
+            return reply.code(400).send({
+              error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
+            });
+          }
+          const sessionId = randomUUID();
+          const spec = namedTrial(planned.spec, `session__${sessionId}`);
+          const start = new WithStartWorkflowOperation<typeof sessionWorkflow>('sessionWorkflow', {
+            workflowId: spec.trialId,
+            taskQueue: JOB_TASK_QUEUE,
+            args: [
+              {
+                sessionId,
+                spec,
+                limits: { ...this.limits, idleTimeoutSec: Math.min(idle ?? Infinity, this.limits.idleTimeoutSec) },
+              },
+            ],
+            workflowIdConflictPolicy: 'FAIL',
+            staticSummary: `session ${sessionId} · ${task}`,
+            typedSearchAttributes: [
+              { key: RolloutJob, value: spec.jobName },
+              { key: RolloutTask, value: task },
+            ],
+          });
+          try {
+            await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, { startWorkflowOperation: start });
+          } catch (err) {
+            if (err instanceof WorkflowUpdateFailedError) {
+              return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+            }
+            throw err;
+          }
+          return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
+        },
+      },
+      {
+        method: 'POST',
+        path: '/sessions/:id/step',
+        summary: 'One tool call (bash {command} or submit) → {observation, reward, finished, info}; 404 once ended',
+        params: IdParams,
+        body: StepSchema,
+        responses: { 200: StepOutcomeSchema, 400: ErrorSchema, 404: ErrorSchema },
+        handler: async ({ params, body }, reply) => {
+          const { id } = params as { id: string };
+          const { tool_call: raw } = body as z.infer<typeof StepSchema>;
+          let args: Record<string, unknown>;
+          try {
+            args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
+          } catch (err) {
+            return reply.code(400).send({ error: `body.tool_call.arguments: ${(err as Error).message}` });
+          }
+          const call: ToolCall = { name: raw.name, arguments: args };
+          try {
+            return await this.handle(id).executeUpdate(sessionStepUpdate, { args: [call] });
+          } catch (err) {
+            if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
+            if (err instanceof WorkflowUpdateFailedError) {
+              const message = causeMessage(err);
+              return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
+            }
+            throw err;
+          }
+        },
+      },
+      {
+        method: 'GET',
+        path: '/sessions/:id',
+        summary: "A session's record: status, how it ended, rewards and every step so far",
+        params: IdParams,
+        responses: { 200: z.unknown(), 404: ErrorSchema },
+        handler: async ({ params }, reply) => {
+          const { id } = params as { id: string };
+          return (await this.record(id)) ?? reply.code(404).send({ error: `no session "${id}"` });
+        },
+      },
+      {
+        method: 'DELETE',
+        path: '/sessions/:id',
+        summary: 'End a session now: its container is removed',
+        params: IdParams,
+        responses: { 200: z.object({ session_id: z.string(), ended: z.literal(true) }), 404: ErrorSchema },
+        handler: async ({ params }, reply) => {
+          const { id } = params as { id: string };
+          const description = await this.handle(id)
+            .describe()
+            .catch((err: unknown) => {
+              if (err instanceof WorkflowNotFoundError) return undefined;
+              throw err;
+            });
+          if (description?.status.name !== 'RUNNING') {
+            return reply.code(404).send({ error: `no running session "${id}"` });
+          }
+          await this.handle(id).signal(endSessionSignal);
+          return { session_id: id, ended: true };
+        },
+      },
+    ];
+  }
+
+  private handle(sessionId: string) {
+    return this.client.workflow.getHandle<typeof sessionWorkflow>(boundedId(`${this.jobName}/session__${sessionId}`));
+  }
+
+  private async record(sessionId: string): Promise<SessionRecord | undefined> {
+    const handle = this.handle(sessionId);
+    try {
+      const description = await handle.describe();
+      return description.status.name === 'RUNNING' ? await handle.query(sessionRecordQuery) : await handle.result();
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    }
+  }
+}
+
+function parseArguments(text: string): Record<string, unknown> {
+  const parsed: unknown = text.trim() === '' ? {} : JSON.parse(text);
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
+  return parsed as Record<string, unknown>;
+}
+
+function causeMessage(err: WorkflowUpdateFailedError): string {
+  return err.cause?.message ?? err.message;
+}

@@ -1,0 +1,171 @@
+/**
+ * Step-by-step sessions through `rollout serve` (the real CLI, real Temporal, real Docker containers): a scripted
+ * client solves a task with bash steps and submit, a wrong answer scores 0, a long step is cut, a server kill between
+ * steps loses nothing, and an idle session is reaped with its container.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import type { SessionRecord, StepOutcome } from '../src/trial/session-types';
+import { containersOfJob, removeJobLeftovers } from './support/docker';
+import { freePort, ServeProcess } from './support/serve';
+import { testTemporal } from './support/temporal';
+import { waitFor } from './support/wait';
+
+const TOKEN = `tok-${randomBytes(8).toString('hex')}`;
+const serveName = `sessions-${randomBytes(3).toString('hex')}`;
+let dir: string;
+let server: ServeProcess;
+
+/** A task on the local base image (no build): write 42 to /tmp/answer.txt. */
+async function writeTask(tasks: string): Promise<void> {
+  const task = path.join(tasks, 'answer');
+  await mkdir(path.join(task, 'tests'), { recursive: true });
+  await mkdir(path.join(task, 'environment'), { recursive: true });
+  await writeFile(
+    path.join(task, 'task.toml'),
+    'version = "1.0"\n[environment]\ndocker_image = "debian:bookworm-slim"\n[verifier]\ntimeout_sec = 30.0\n'
+  );
+  await writeFile(path.join(task, 'environment', 'Dockerfile'), 'FROM debian:bookworm-slim\n');
+  await writeFile(path.join(task, 'instruction.md'), 'Write 42 to /tmp/answer.txt.\n');
+  await writeFile(
+    path.join(task, 'tests', 'test.sh'),
+    'if [ "$(cat /tmp/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+  );
+}
+
+async function create(idle?: number): Promise<string> {
+  const created = await server.json<{ session_id: string; prompt: string; tools: { function: { name: string } }[] }>(
+    '/sessions',
+    { body: { task: 'answer', ...(idle ? { idle_timeout_sec: idle } : {}) } }
+  );
+  assert.equal(created.http, 200, JSON.stringify(created.body));
+  assert.equal(created.body.prompt, 'Write 42 to /tmp/answer.txt.\n');
+  assert.deepEqual(
+    created.body.tools.map((t) => t.function.name),
+    ['bash', 'submit']
+  );
+  return created.body.session_id;
+}
+
+function step(id: string, name: string, args: unknown = {}) {
+  return server.json<StepOutcome & { error?: string }>(`/sessions/${id}/step`, {
+    body: { tool_call: { name, arguments: args } },
+  });
+}
+
+async function sessionContainers(id: string) {
+  return (await containersOfJob(serveName)).filter((c) => Object.values(c.Labels).some((v) => v.includes(id)));
+}
+
+describe('rollout serve: step-by-step sessions', () => {
+  before(async () => {
+    const { connection } = await testTemporal();
+    await connection.close();
+    dir = await mkdtemp(path.join(tmpdir(), 'rollout-sessions-'));
+    await writeTask(path.join(dir, 'tasks'));
+    const port = await freePort();
+    await writeFile(
+      path.join(dir, 'serve.yaml'),
+      [
+        'dataset: tasks',
+        `name: ${serveName}`,
+        'jobs_dir: jobs',
+        `port: ${port}`,
+        'sessions:',
+        '  step_timeout_sec: 2',
+        '  output_limit_bytes: 1000',
+        '',
+      ].join('\n')
+    );
+    server = new ServeProcess(`http://127.0.0.1:${port}`, dir, TOKEN);
+    await server.start();
+  });
+  after(async () => {
+    await server.stop('SIGTERM');
+    await removeJobLeftovers(serveName);
+  });
+
+  it('solves a task with bash steps and gets reward 1 from submit; the session then ends', async () => {
+    const id = await create();
+    const wrote = await step(id, 'bash', { command: 'echo 42 > /tmp/answer.txt' });
+    assert.equal(wrote.http, 200);
+    assert.equal(wrote.body.finished, false);
+    // Arguments as OpenAI tool calls carry them: a JSON string.
+    const read = await step(id, 'bash', JSON.stringify({ command: 'cat /tmp/answer.txt; echo oops >&2; exit 3' }));
+    assert.equal(read.body.observation, '42\noops\n');
+    assert.equal(read.body.info.exit_code, 3);
+    const submitted = await step(id, 'submit');
+    assert.deepEqual(
+      { reward: submitted.body.reward, finished: submitted.body.finished },
+      { reward: 1, finished: true }
+    );
+    assert.equal((await step(id, 'bash', { command: 'true' })).http, 404);
+
+    const record = (await server.json<SessionRecord>(`/sessions/${id}`)).body;
+    assert.equal(record.ended_by, 'submitted');
+    assert.deepEqual(
+      record.steps.map((s) => s.tool_call.name),
+      ['bash', 'bash', 'submit']
+    );
+    await waitFor('the container to be removed', async () => (await sessionContainers(id)).length === 0, 60_000);
+    const trajectory = JSON.parse(
+      await readFile(path.join(dir, 'jobs', serveName, `session__${id}`, 'trajectory.json'), 'utf8')
+    ) as SessionRecord;
+    assert.equal(trajectory.steps.length, 3);
+    assert.ok(trajectory.steps.every((s) => s.started_at && typeof s.info.duration_ms === 'number'));
+  });
+
+  it('scores a wrong answer 0', async () => {
+    const id = await create();
+    await step(id, 'bash', { command: 'echo 41 > /tmp/answer.txt' });
+    const submitted = await step(id, 'submit');
+    assert.equal(submitted.body.reward, 0);
+    assert.equal(submitted.body.finished, true);
+  });
+
+  it('cuts a step that runs too long, and output past the limit, and says so', async () => {
+    const id = await create();
+    const slow = await step(id, 'bash', { command: 'echo started; sleep 60; echo never' });
+    assert.equal(slow.http, 200);
+    assert.equal(slow.body.info.timed_out, true);
+    assert.match(slow.body.observation, /\[step timed out after 2 s; its processes were killed\]$/);
+    assert.doesNotMatch(slow.body.observation, /never/);
+    const loud = await step(id, 'bash', { command: 'yes | head -c 5000' });
+    assert.equal(loud.body.info.truncated, true);
+    assert.ok(loud.body.observation.startsWith('y\ny\n'));
+    assert.match(loud.body.observation, /\[output cut at 1000 bytes\]$/);
+    assert.ok(loud.body.observation.length < 1100);
+    const after = await step(id, 'bash', { command: 'echo still here' });
+    assert.equal(after.body.observation, 'still here\n');
+    assert.equal((await server.json(`/sessions/${id}`, { method: 'DELETE' })).http, 200);
+  });
+
+  it('loses nothing when the server is killed between steps', async () => {
+    const id = await create();
+    await step(id, 'bash', { command: 'echo 42 > /tmp/answer.txt' });
+    await server.stop('SIGKILL');
+    await server.start();
+    const read = await step(id, 'bash', { command: 'cat /tmp/answer.txt' });
+    assert.equal(read.body.observation, '42\n');
+    assert.equal((await step(id, 'submit')).body.reward, 1);
+  });
+
+  it('reaps an idle session and removes its container; unknown sessions are 404', async () => {
+    const id = await create(2);
+    assert.equal((await sessionContainers(id)).length, 1);
+    await waitFor(
+      'the idle session to end',
+      async () => (await server.json<SessionRecord>(`/sessions/${id}`)).body.status === 'ended',
+      60_000
+    );
+    assert.equal((await server.json<SessionRecord>(`/sessions/${id}`)).body.ended_by, 'idle');
+    await waitFor('the container to be removed', async () => (await sessionContainers(id)).length === 0, 60_000);
+    assert.equal((await step(id, 'bash', { command: 'true' })).http, 404);
+    assert.equal((await step('no-such-session', 'bash', { command: 'true' })).http, 404);
+  });
+});

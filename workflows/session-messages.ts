@@ -1,0 +1,11 @@
+/** Updates, signals and queries of the Session workflow, shared with the server (pure definitions). */
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+
+import type { SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-types';
+
+/** Completes once the session's container runs (fails if the session ended before). */
+export const sessionReadyUpdate = defineUpdate<{ ready_at: string }>('ready');
+/** One tool call, executed in the container; rejected once the session ended. */
+export const sessionStepUpdate = defineUpdate<StepOutcome, [ToolCall]>('step');
+export const endSessionSignal = defineSignal('end');
+export const sessionRecordQuery = defineQuery<SessionRecord>('record');
