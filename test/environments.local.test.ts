@@ -122,7 +122,12 @@ describe('LocalEnvironment', () => {
     const sleep = uniqueSleep();
     const result = await environment.exec(handle, { command: `setsid ${sleep} >/dev/null 2>&1 & echo started` });
     assert.equal(result.stdout, 'started\n');
-    assert.equal(await processesWith(sleep), 1, 'the detached process runs after the command ended');
+    // setsid may not have exec'd the sleep yet when the command returns: wait for it, bounded.
+    await waitFor(
+      'the detached process running after the command ended',
+      async () => (await processesWith(sleep)) === 1,
+      10_000
+    );
     await environment.killAll(handle);
     await waitFor('the detached process killed', async () => (await processesWith(sleep)) === 0, 10_000);
   });

@@ -48,7 +48,9 @@ export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<v
       },
     ]);
   }
-  await writeJsonAtomic(configFile, job);
+  // Where the job file lay is not part of the job: config.json is itself a job file (`rollout resume`).
+  const { file: _file, ...saved } = job;
+  await writeJsonAtomic(configFile, saved);
 }
 
 export function jobInput(
