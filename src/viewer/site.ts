@@ -1,0 +1,152 @@
+/**
+ * The viewer's routes, shared by the live server and the static bundle: each takes a link context and returns a
+ * page, reading only what that page needs from the job folders.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+
+import { devServerConfig } from '../temporal/dev-server';
+import type { JobSummary, TrialFilter, TrialRow } from './data';
+import {
+  evalsOf,
+  filterRows,
+  findJobDirs,
+  readHead,
+  readJobSummary,
+  readText,
+  readTrialRows,
+  trialFiles,
+  usageByAgent,
+} from './data';
+import type { LinkContext } from './html';
+import type { ShownFile } from './pages';
+import { comparePage, jobPage, jobsPage, notFoundPage, trialPage } from './pages';
+import { STYLE_CSS, VIEWER_JS } from './assets';
+import { readTrajectory } from './trajectory';
+
+/** A file's first bytes shown on its trial page; the whole file is a download away. */
+const FILE_HEAD_BYTES = 64 * 1024;
+
+export class NotFound extends Error {}
+
+export class Site {
+  constructor(readonly root: string) {}
+
+  /** Job folders by URL name (the folder's name). */
+  async jobDirs(): Promise<Map<string, string>> {
+    return new Map((await findJobDirs(this.root)).map((dir) => [path.basename(dir), dir]));
+  }
+
+  async jobDir(name: string): Promise<string> {
+    const dir = (await this.jobDirs()).get(name);
+    if (!dir) throw new NotFound(`no job "${name}" in ${this.root}`);
+    return dir;
+  }
+
+  async jobs(ctx: LinkContext): Promise<string> {
+    const summaries: JobSummary[] = [];
+    for (const [name, dir] of await this.jobDirs()) summaries.push({ ...(await readJobSummary(dir)), name });
+    summaries.sort((a, b) => (b.result?.started_at ?? '').localeCompare(a.result?.started_at ?? ''));
+    return jobsPage(ctx, this.root, summaries);
+  }
+
+  async job(
+    ctx: LinkContext,
+    name: string,
+    options: { filter?: TrialFilter; page?: number; matrixPage?: number } = {}
+  ): Promise<string> {
+    const dir = await this.jobDir(name);
+    const job = { ...(await readJobSummary(dir)), name };
+    const rows = await readTrialRows(dir);
+    const filter = options.filter ?? {};
+    const otherJobs: { name: string; agents: string[] }[] = [];
+    if (ctx.live) {
+      for (const [other, otherDir] of await this.jobDirs()) {
+        if (other === name) continue;
+        const summary = await readJobSummary(otherDir);
+        otherJobs.push({ name: other, agents: (summary.config?.agents ?? []).map((a) => a.name) });
+      }
+    }
+    return jobPage(ctx, {
+      job,
+      rows,
+      evals: evalsOf(
+        rows,
+        (job.config?.metrics ?? [{ type: 'mean' }]).map((m) => m.type)
+      ),
+      filter,
+      filtered: filterRows(rows, filter),
+      page: options.page ?? 1,
+      matrixPage: options.matrixPage ?? 1,
+      usage: usageByAgent(rows),
+      otherJobs,
+    });
+  }
+
+  async compare(ctx: LinkContext, aJob: string, aAgent: string, bJob: string, bAgent: string): Promise<string> {
+    const side = async (job: string, agent: string) => {
+      const rows = await readTrialRows(await this.jobDir(job));
+      if (!rows.some((row) => row.agentName === agent)) throw new NotFound(`job "${job}" has no agent "${agent}"`);
+      return { job, agent, rows };
+    };
+    return comparePage(ctx, await side(aJob, aAgent), await side(bJob, bAgent));
+  }
+
+  /** `rows`: the job's trials when the caller already read them (the bundle renders every trial). */
+  async trial(ctx: LinkContext, jobName: string, trialName: string, rows?: TrialRow[]): Promise<string> {
+    const dir = await this.jobDir(jobName);
+    const row = (rows ?? (await readTrialRows(dir))).find((r) => r.trialName === trialName);
+    if (!row) throw new NotFound(`job "${jobName}" has no trial "${trialName}"`);
+    const trialDir = path.join(dir, trialName);
+    const files: ShownFile[] = [];
+    for (const file of await trialFiles(trialDir)) {
+      const head = await readHead(path.join(trialDir, file.path), FILE_HEAD_BYTES);
+      const isText = head !== undefined && !head.text.includes('\u0000');
+      files.push({ ...file, head: isText ? head.text : undefined, truncated: isText && file.size > FILE_HEAD_BYTES });
+    }
+    const taskDir = row.result?.task_dir;
+    return trialPage(ctx, {
+      jobName,
+      row,
+      instruction: taskDir ? await readText(path.join(taskDir, 'instruction.md')) : undefined,
+      files,
+      trajectory: await readTrajectory(trialDir),
+    });
+  }
+
+  /** A file inside a trial folder; never outside it. */
+  async trialFile(jobName: string, trialName: string, relative: string[]): Promise<string> {
+    const trialDir = path.join(await this.jobDir(jobName), trialName);
+    const file = path.resolve(trialDir, ...relative);
+    if (!file.startsWith(trialDir + path.sep) || trialName.includes('/') || trialName.startsWith('.'))
+      throw new NotFound('no such file');
+    return file;
+  }
+
+  notFound(ctx: LinkContext, message: string): string {
+    return notFoundPage(ctx, message);
+  }
+}
+
+/** Where trial pages link for "open in the Temporal UI": TEMPORAL_UI_URL, else the local dev server's UI. */
+export function temporalUi(env: NodeJS.ProcessEnv = process.env): { url: string | null; namespace: string } {
+  const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
+  if (env.TEMPORAL_UI_URL) return { url: env.TEMPORAL_UI_URL.replace(/\/$/, ''), namespace };
+  if (env.TEMPORAL_ADDRESS) return { url: null, namespace };
+  const config = devServerConfig(env);
+  return { url: `http://${config.ip}:${config.uiPort}`, namespace };
+}
+
+/** The pages' static files: tablesort (table sorting) from its package, and the viewer's own stylesheet and script. */
+export async function readAsset(name: string): Promise<{ body: string; type: string } | undefined> {
+  const js = 'text/javascript; charset=utf-8';
+  if (name === 'style.css') return { body: STYLE_CSS, type: 'text/css; charset=utf-8' };
+  if (name === 'viewer.js') return { body: VIEWER_JS, type: js };
+  const file = { 'tablesort.min.js': 'tablesort.min.js', 'tablesort.number.min.js': 'sorts/tablesort.number.min.js' }[
+    name
+  ];
+  if (!file) return undefined;
+  return { body: await readFile(require.resolve(`tablesort/dist/${file}`), 'utf8'), type: js };
+}
+
+export const ASSET_NAMES = ['style.css', 'viewer.js', 'tablesort.min.js', 'tablesort.number.min.js'];
