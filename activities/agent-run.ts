@@ -1,7 +1,7 @@
 import { Context } from '@temporalio/activity';
 
 import type { AgentRun } from '../src/agents/agent';
-import { createAgent, loadAgentConfig } from '../src/agents/agent';
+import { createAgent, instructionVariable, loadAgentConfig } from '../src/agents/agent';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
@@ -22,7 +22,7 @@ export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: Agen
     environment: deps.environment(spec.environmentType),
     handle,
     task,
-    env: { ...env, ROLLOUT_TASK_INSTRUCTION: task.instruction },
+    env: { ...env, ...instructionVariable(task.instruction) },
     timeoutMs: timeoutSec * 1000,
     signal: Context.current().cancellationSignal,
   };

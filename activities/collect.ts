@@ -1,8 +1,11 @@
+import path from 'node:path';
+
 import { loadAgentConfig } from '../src/agents/agent';
+import { CollectBudget } from '../src/environments/host-files';
 import { resolveEnvWithSecrets } from '../src/env-vars';
 import { jobFiles } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, trialSecretEnv } from './context';
 
@@ -12,13 +15,26 @@ export interface CollectInput {
 }
 
 /**
- * Step 6: the container's /logs copied into the trial folder (/logs/agent → agent/, /logs/verifier → verifier/)
- * before the container stops, then any resolved secret value scrubbed from what was copied.
+ * The folders of the container's /logs that are collected, each into the trial folder's folder of the same name.
+ * Nothing else: what an agent writes beside them (/logs/trial.log, /logs/result.json) would replace Rollout's own.
+ */
+export const LOG_FOLDERS = ['agent', 'verifier'] as const;
+
+/**
+ * Step 6: /logs/agent and /logs/verifier copied into the trial folder before the container stops, within the job's
+ * collect limits, then any resolved secret value scrubbed from what was copied. Returns what was cut.
  */
 export function collectLogs(deps: ActivityDeps) {
-  return async function collectLogs({ spec, handle }: CollectInput): Promise<void> {
+  return async function collectLogs({ spec, handle }: CollectInput): Promise<CollectReport> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
-    await heartbeating(() => deps.environment(spec.environmentType).download(handle, '/logs', trialDir));
+    const budget = new CollectBudget(spec.collectLimits);
+    const trialEnvironment = deps.environment(spec.environmentType);
+    await heartbeating(async () => {
+      for (const folder of LOG_FOLDERS) {
+        await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
+      }
+    });
+    const report = budget.report();
     const [agent, task] = await Promise.all([loadAgentConfig(spec.jobDir, spec.agentName), loadTrialTask(spec)]);
     const { environment, verifier, solution } = task.config;
     const secrets = [agent.env, environment.env, verifier.env, solution.env].flatMap((env) => {
@@ -29,6 +45,14 @@ export function collectLogs(deps: ActivityDeps) {
       }
     });
     const scrubbed = await scrubSecrets(trialDir, [...secrets, ...Object.values(trialSecretEnv(spec))]);
-    await log(spec, 'collect', `logs collected${scrubbed ? `; secrets redacted in ${scrubbed} file(s)` : ''}`);
+    const cut = report.limit_reached
+      ? `; collect_max_${report.limit_reached} reached, not collected: ${report.cut.join(', ')}`
+      : '';
+    await log(
+      spec,
+      'collect',
+      `logs collected (${report.files} files, ${report.bytes} bytes)${cut}${scrubbed ? `; secrets redacted in ${scrubbed} file(s)` : ''}`
+    );
+    return report;
   };
 }

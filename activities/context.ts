@@ -7,7 +7,8 @@ import { appendTrialLog } from '../src/results/trial-log';
 import type { Task } from '../src/task/load';
 import { loadTask } from '../src/task/load';
 import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
-import { formatProblem } from '../src/errors';
+import { capText, formatProblem } from '../src/errors';
+import { TaskEnvironmentError } from '../src/environments/environment';
 import { unsealEnv } from '../src/secrets/sealed-env';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
@@ -44,7 +45,33 @@ export async function heartbeating<T>(work: (signal: AbortSignal) => Promise<T>)
 
 /** A task outcome (not an infrastructure failure): never retried, recorded as the trial's error. */
 export function taskFailure(type: TaskErrorType, message: string): ApplicationFailure {
-  return ApplicationFailure.nonRetryable(message, type);
+  return ApplicationFailure.nonRetryable(capText(message), type);
+}
+
+/**
+ * The activities with every error they throw capped (message and stack, causes too) before Temporal puts it in a
+ * payload; and an environment's task errors (a broken container) as the task failures they are.
+ */
+export function cappingErrors<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
+  const capped = Object.entries(activities).map(([name, activity]) => [
+    name,
+    async (...args: Parameters<typeof activity>) => {
+      try {
+        return await activity(...args);
+      } catch (err) {
+        throw capError(err instanceof TaskEnvironmentError ? taskFailure(err.type, err.message) : err);
+      }
+    },
+  ]);
+  return Object.fromEntries(capped) as T;
+}
+
+function capError(err: unknown): unknown {
+  for (let error = err; error instanceof Error; error = error.cause) {
+    error.message = capText(error.message);
+    if (error.stack) error.stack = capText(error.stack);
+  }
+  return err;
 }
 
 /**

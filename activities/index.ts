@@ -7,6 +7,7 @@ import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';
 import { collectLogs } from './collect';
 import type { ActivityDeps } from './context';
+import { cappingErrors } from './context';
 import { executeAgent } from './execute';
 import { removeImage } from './images';
 import { installAgent } from './install';
@@ -21,7 +22,7 @@ export type { ActivityDeps, TrialSlots } from './context';
 
 /** Activities of a provider: the shared claim, and the lifecycle steps served on the host queue. */
 export function createProviderActivities(deps: ActivityDeps) {
-  return {
+  return cappingErrors({
     claimHost: claimHost(deps),
     buildEnvironment: buildEnvironment(deps),
     startEnvironment: startEnvironment(deps),
@@ -35,11 +36,11 @@ export function createProviderActivities(deps: ActivityDeps) {
     writeTrialResult,
     runSessionCommand: runSessionCommand(deps),
     writeSessionRecord,
-  };
+  });
 }
 
 /** Activities of the job itself, served next to the workflows. */
-export const jobActivities = { readPlanPage, writeJobResult, writeTrialResult };
+export const jobActivities = cappingErrors({ readPlanPage, writeJobResult, writeTrialResult });
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type JobActivities = typeof jobActivities;

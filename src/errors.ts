@@ -34,3 +34,17 @@ export function zodProblems(
     return [{ file, field: base || undefined, message: issue.message }];
   });
 }
+
+/**
+ * Longest text (an error message, a stack) that goes into a Temporal payload. Build output or a daemon's message can
+ * be one line of megabytes, and a payload over the server's limit (2 MB) fails the workflow task itself.
+ */
+export const PAYLOAD_TEXT_MAX = 16 * 1024;
+
+/** `text` within `max` characters: its start and, most useful for build output, its end, with the cut said. */
+export function capText(text: string, max = PAYLOAD_TEXT_MAX): string {
+  if (text.length <= max) return text;
+  const head = Math.floor(max / 4);
+  const tail = max - head - 100;
+  return `${text.slice(0, head)}\n… ${text.length - head - tail} characters cut …\n${text.slice(-tail)}`;
+}

@@ -9,6 +9,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import { PAYLOAD_TEXT_MAX } from '../src/errors';
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
@@ -59,11 +60,15 @@ describe('trial outcomes', () => {
     assert.match(unparsable.error?.message ?? '', /not a number/);
   });
 
-  it('records a failing Dockerfile as EnvironmentBuildError with the build output', async () => {
+  it('records a failing Dockerfile as EnvironmentBuildError with the build output, capped for Temporal', async () => {
     const result = await trial('bad-dockerfile');
     assert.equal(result.error?.type, 'EnvironmentBuildError');
     assert.equal(result.error?.step, 'build');
+    assert.equal(result.restarts, 0);
+    // The build printed one line of 3 MB: the message keeps its start and end within PAYLOAD_TEXT_MAX.
     assert.match(result.error?.message ?? '', /this build step fails|exit/);
+    assert.match(result.error?.message ?? '', /characters cut/);
+    assert.ok((result.error?.message.length ?? 0) <= PAYLOAD_TEXT_MAX, `${result.error?.message.length}`);
   });
 
   it('records SolutionNotFoundError for the oracle on a task without solution/', async () => {

@@ -62,7 +62,7 @@ function startRequest(trial: string, overrides: Partial<StartRequest> = {}): Sta
     trialId: `${jobName}/${trial}`,
     trialName: trial,
     workerId: `${hostId}~2`,
-    resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 2 ** 30 },
+    resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 2 ** 30, pidsLimit: 100 },
     env: {},
     ...overrides,
   };
@@ -189,6 +189,7 @@ describe('DockerEnvironment', () => {
     assert.equal(info.HostConfig.NanoCpus, 5e8);
     assert.equal(info.HostConfig.Memory, 256 * 2 ** 20);
     assert.equal(info.HostConfig.MemorySwap, 256 * 2 ** 20);
+    assert.equal(info.HostConfig.PidsLimit, 100);
     if (started.unenforced.includes('storage')) assert.ok(!info.HostConfig.StorageOpt);
     else assert.deepEqual(info.HostConfig.StorageOpt, { size: `${2 ** 30}` });
     assert.deepEqual(info.Config.Labels, {
@@ -332,7 +333,7 @@ describe('DockerEnvironment', () => {
   it('replaces an earlier attempt of the trial, and caps CPUs at what the host has', async () => {
     const earlier = handle.id;
     const { handle: restarted } = await environment.start(
-      startRequest('trial-1', { resources: { cpus: 4096, memoryBytes: 0, storageBytes: 0 } })
+      startRequest('trial-1', { resources: { cpus: 4096, memoryBytes: 0, storageBytes: 0, pidsLimit: 100 } })
     );
     handle = restarted;
     assert.notEqual(handle.id, earlier);

@@ -25,7 +25,7 @@ const scratch: string[] = [];
 let handle: EnvironmentHandle;
 
 function startRequest(env: Record<string, string> = {}): StartRequest {
-  const resources = { cpus: 1, memoryBytes: 2 ** 30, storageBytes: 2 ** 30 };
+  const resources = { cpus: 1, memoryBytes: 2 ** 30, storageBytes: 2 ** 30, pidsLimit: 100 };
   return {
     image: 'local',
     jobName: `local-test-${runId}`,
@@ -62,7 +62,7 @@ describe('LocalEnvironment', () => {
   before(async () => {
     const started = await environment.start(startRequest({ ROLLOUT_TASK_INSTRUCTION: 'say "hi"' }));
     handle = started.handle;
-    assert.deepEqual(started.unenforced, ['cpus', 'memory', 'storage']);
+    assert.deepEqual(started.unenforced, ['cpus', 'memory', 'storage', 'pids']);
   });
   after(async () => {
     await environment.removeTrial(trialId);

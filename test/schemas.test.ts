@@ -93,7 +93,17 @@ describe('task.toml', () => {
     assert.equal(config.environment.docker_image, null);
     assert.equal(config.source, null);
     assert.deepEqual(config.metadata, {});
-    assert.deepEqual(resources, { cpus: 1, memoryBytes: 2e9, storageBytes: 10e9, gpus: 0 });
+    assert.deepEqual(resources, { cpus: 1, memoryBytes: 2e9, storageBytes: 10e9, gpus: 0, pidsLimit: 4096 });
+  });
+
+  it('takes a pids limit from [environment] pids_limit, and refuses one that is not a positive integer', async () => {
+    const load = await loadTask(await taskDir('version = "1.0"\n[environment]\npids_limit = 128\n'));
+    assert.equal(load.task?.resources.pidsLimit, 128);
+    const bad = await loadTask(await taskDir('version = "1.0"\n[environment]\npids_limit = 0\n'));
+    assert.deepEqual(
+      bad.problems.map((problem) => problem.field),
+      ['environment.pids_limit']
+    );
   });
 
   it("accepts the spec's example unchanged", async () => {
@@ -147,7 +157,13 @@ allow_internet = true
 `)
     );
     assert.ok(load.task, JSON.stringify(load.problems));
-    assert.deepEqual(load.task.resources, { cpus: 2, memoryBytes: 4096e6, storageBytes: 10240e6, gpus: 0 });
+    assert.deepEqual(load.task.resources, {
+      cpus: 2,
+      memoryBytes: 4096e6,
+      storageBytes: 10240e6,
+      gpus: 0,
+      pidsLimit: 4096,
+    });
     assert.deepEqual(load.task.config.solution.env, { MODE: 'fast' });
     assert.equal(load.task.config.verifier.env.TOKEN, '${TOKEN:-x}');
   });
@@ -295,6 +311,14 @@ describe('rewards', () => {
     ] as const) {
       assert.deepEqual(readReward({ txt: text }), { rewards: { reward: value } }, text);
     }
+  });
+
+  it('refuses reward files too big to read, and rewards too many or too long to carry', () => {
+    assert.match((readReward({ tooBig: 'reward.json' }) as { message: string }).message, /reward\.json: too big/);
+    const many = JSON.stringify(Object.fromEntries(Array.from({ length: 1001 }, (_, i) => [`k${i}`, i])));
+    assert.match((readReward({ json: many }) as { message: string }).message, /more than 1000 rewards/);
+    assert.match((readReward({ json: `{"${'k'.repeat(201)}": 1}` }) as { message: string }).message, /longer than 200/);
+    assert.deepEqual(readReward({ json: `{"reward": 1}${' '.repeat(10 * 2 ** 20)}` }), { rewards: { reward: 1 } });
   });
 
   it('types missing and unparsable reward files', () => {

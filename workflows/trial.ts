@@ -10,6 +10,7 @@ import {
   CancellationScope,
   getExternalWorkflowHandle,
   isCancellation,
+  log,
   proxyActivities,
   setHandler,
   upsertSearchAttributes,
@@ -23,6 +24,7 @@ import { summaryFromResult } from '../src/results/trial-result';
 import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
 import { RolloutReward, RolloutStatus } from '../src/temporal/search-attributes';
 import type {
+  CollectReport,
   EnvironmentHandle,
   ExecuteOutcome,
   Rewards,
@@ -62,6 +64,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
         break;
       }
       state.restarts += 1;
+      log.warn(`trial ${spec.trialName}: ${outcome.restart.type} in ${outcome.restart.step}, restarting`);
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
@@ -88,9 +91,14 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     image: outcome.image,
     unenforced_limits: outcome.unenforced,
     restarts: state.restarts,
+    collected: outcome.collected,
   };
   const summary = summaryFromResult(spec, result, outcome.builtImage ? state.hostQueue : null, outcome.builtImage);
   state.status = trialStatus(summary);
+  const rewards = result.rewards ? JSON.stringify(result.rewards) : 'none';
+  log.info(
+    `trial ${spec.trialName}: ${state.status}, rewards ${rewards}${result.error ? `, ${result.error.type}` : ''}`
+  );
   state.step = null;
 
   await CancellationScope.nonCancellable(async () => {
@@ -115,6 +123,7 @@ interface Outcome {
   image: string | null;
   builtImage: string | null;
   unenforced: string[];
+  collected: CollectReport | null;
   /** Set when this run hit an infrastructure failure and the trial should start over. */
   restart: TrialError | null;
 }
@@ -127,6 +136,7 @@ function emptyOutcome(): Outcome {
     image: null,
     builtImage: null,
     unenforced: [],
+    collected: null,
     restart: null,
   };
 }
@@ -150,6 +160,7 @@ async function runOnce(
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     state.step = name;
     setCurrentDetails(`**${spec.trialName}**: ${name} on \`${hostQueue}\``);
+    log.debug(`trial ${spec.trialName}: ${name} on ${hostQueue}`);
     const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
     steps[name] = timing;
     try {
@@ -189,7 +200,7 @@ async function runOnce(
         outcome.error ??= error;
       }
     }
-    await step('collect', () => host.collectLogs({ spec, handle: environment }));
+    outcome.collected = await step('collect', () => host.collectLogs({ spec, handle: environment }));
     collected = true;
   } catch (err) {
     if (isCancellation(err)) throw err;
@@ -197,7 +208,9 @@ async function runOnce(
     if (error.type === INFRASTRUCTURE_ERROR) outcome.restart = error;
     else outcome.error ??= error;
   } finally {
-    await CancellationScope.nonCancellable(() => releaseEnvironment(spec, host, handle, collected, steps, state));
+    await CancellationScope.nonCancellable(() =>
+      releaseEnvironment(spec, host, handle, collected, steps, state, (report) => (outcome.collected = report))
+    );
   }
   return outcome;
 }
@@ -209,7 +222,8 @@ async function releaseEnvironment(
   handle: EnvironmentHandle | null,
   collected: boolean,
   steps: Partial<Record<StepName, StepTiming>>,
-  state: TrialState
+  state: TrialState,
+  onCollected: (report: CollectReport) => void
 ): Promise<void> {
   const attempt = async (name: StepName, run: () => Promise<void>) => {
     state.step = name;
@@ -218,7 +232,9 @@ async function releaseEnvironment(
     await run().catch(() => undefined);
     timing.finished_at = new Date().toISOString();
   };
-  if (handle && !collected) await attempt('collect', () => host.collectLogs({ spec, handle }));
+  if (handle && !collected) {
+    await attempt('collect', async () => onCollected(await host.collectLogs({ spec, handle })));
+  }
   if (handle) await attempt('stop', () => host.stopEnvironment({ spec, handle }));
   await attempt('cleanup', () => host.cleanupEnvironment({ spec }));
 }

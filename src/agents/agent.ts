@@ -35,6 +35,17 @@ export const CONTAINER_PATHS = {
   agentScripts: '${ROLLOUT_AGENT_DIR:-/installed-agent}',
 } as const;
 
+/**
+ * $ROLLOUT_TASK_INSTRUCTION is set only up to this size: Linux refuses a larger variable to any program (128 KiB
+ * per variable), and Docker's API refuses large container configurations. Larger instructions are only in the file.
+ */
+export const INSTRUCTION_ENV_MAX_BYTES = 64 * 1024;
+
+/** $ROLLOUT_TASK_INSTRUCTION when the instruction is small enough to be a variable (see INSTRUCTION_ENV_MAX_BYTES). */
+export function instructionVariable(instruction: string): Record<string, string> {
+  return Buffer.byteLength(instruction) <= INSTRUCTION_ENV_MAX_BYTES ? { ROLLOUT_TASK_INSTRUCTION: instruction } : {};
+}
+
 export class SolutionNotFoundError extends Error {
   constructor(taskDir: string) {
     super(`${taskDir}/solution/solve.sh: missing, so the oracle agent cannot run this task`);

@@ -5,6 +5,8 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
+import type { LogLevel } from '../log';
+import { LOG_LEVELS, log } from '../log';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import type { EnvironmentType } from '../job/schema';
 import { readRegistry, registrySource } from '../registry/load';
@@ -73,7 +75,7 @@ export function buildProgram(): Command {
       .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
   ).action(async (job: string, opts: GateFlags & { worker: boolean; hostId: string; maxTrials?: number }) => {
     const gate = parseGateOptions(opts);
-    installQuietRuntime();
+    // The runtime is installed with the job's log_level once the job file is read.
     process.exitCode = await runJobFile(job, { ...opts, gate });
   });
 
@@ -86,26 +88,39 @@ export function buildProgram(): Command {
     .option('--max-trials <n>', 'trials this worker may hold at once', positiveInt, 8)
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--no-workflows', 'serve only activities, not Job/Trial workflows')
-    .action(async (opts: { env: EnvironmentType[]; maxTrials: number; hostId: string; workflows: boolean }) => {
-      installQuietRuntime();
-      const endpoint = await resolveTemporal({ startDevServer: false });
-      const { connection, client } = await connectClient(endpoint);
-      await ensureSearchAttributes(connection, endpoint.namespace);
-      const workers = await startWorkers({
-        address: endpoint.address,
-        namespace: endpoint.namespace,
-        client,
-        hostId: opts.hostId,
-        environmentTypes: opts.env,
-        maxTrials: opts.maxTrials,
-        serveWorkflows: opts.workflows,
-      });
-      console.error(
-        `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
-      );
-      await workers.done;
-      await connection.close();
-    });
+    .addOption(
+      new Option('--log-level <level>', "this worker's and its workflows' log level")
+        .choices([...LOG_LEVELS])
+        .default('info')
+    )
+    .action(
+      async (opts: {
+        env: EnvironmentType[];
+        maxTrials: number;
+        hostId: string;
+        workflows: boolean;
+        logLevel: LogLevel;
+      }) => {
+        installQuietRuntime(opts.logLevel);
+        const endpoint = await resolveTemporal({ startDevServer: false });
+        const { connection, client } = await connectClient(endpoint);
+        await ensureSearchAttributes(connection, endpoint.namespace);
+        const workers = await startWorkers({
+          address: endpoint.address,
+          namespace: endpoint.namespace,
+          client,
+          hostId: opts.hostId,
+          environmentTypes: opts.env,
+          maxTrials: opts.maxTrials,
+          serveWorkflows: opts.workflows,
+        });
+        log.info(
+          `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
+        );
+        await workers.done;
+        await connection.close();
+      }
+    );
 
   program
     .command('serve')
@@ -149,7 +164,6 @@ export function buildProgram(): Command {
       }
     ) => {
       const gate = parseGateOptions(opts);
-      installQuietRuntime();
       const rerunErrorTypes =
         opts.retryErrored === true ? ['InfrastructureError'] : opts.retryErrored === undefined ? [] : opts.retryErrored;
       process.exitCode = await resumeJob(job, opts.jobsDir, { ...opts, rerunErrorTypes, gate });

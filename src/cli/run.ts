@@ -20,6 +20,8 @@ import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
+import { installQuietRuntime } from '../temporal/runtime';
+import { log } from '../log';
 import { ProgressView } from './progress';
 import { renderReport } from './report';
 
@@ -58,7 +60,8 @@ export async function resumeJob(nameOrDir: string, jobsDir: string, options: Run
 
 export async function runJob(job: ResolvedJob, file: string, options: RunOptions): Promise<number> {
   const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });
-  for (const warning of plan.warnings) console.error(`warning: ${warning}`);
+  installQuietRuntime(job.log_level);
+  for (const warning of plan.warnings) log.warn(warning);
   if (options.worker && plan.unsetEnvVars.length > 0) {
     throw new InputError(
       plan.unsetEnvVars.map((name) => ({
@@ -76,9 +79,9 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   await ensureSearchAttributes(connection, endpoint.namespace);
 
   const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
-  console.error(`job ${job.name}: ${plan.trials.length} trials → ${plan.jobDir}`);
+  log.info(`job ${job.name}: ${plan.trials.length} trials → ${plan.jobDir}`);
   const uiUrl = workflowUiUrl(endpoint, plan.jobWorkflowId);
-  if (uiUrl) console.error(`Temporal UI: ${uiUrl}`);
+  if (uiUrl) log.info(`Temporal UI: ${uiUrl}`);
 
   const workerRun = options.worker
     ? await startJobWorkers(endpoint, client, job, options.hostId, options.maxTrials)

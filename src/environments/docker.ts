@@ -29,6 +29,7 @@ import {
   LABEL_WORKER,
   TaskEnvironmentError,
 } from './environment';
+import type { CollectBudget } from './host-files';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
@@ -218,6 +219,7 @@ export class DockerEnvironment implements Environment {
         NanoCpus: await this.nanoCpus(request.resources.cpus),
         Memory: Math.round(request.resources.memoryBytes),
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
+        PidsLimit: request.resources.pidsLimit,
       },
     };
     const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
@@ -351,7 +353,12 @@ export class DockerEnvironment implements Environment {
   }
 
   /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
-  async download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void> {
+  async download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void> {
     let archive: NodeJS.ReadableStream;
     try {
       archive = await this.docker.getContainer(handle.id).getArchive({ path: containerPath });
@@ -360,7 +367,7 @@ export class DockerEnvironment implements Environment {
       if (statusCode(err) === 404 && !/no such container/i.test(daemonMessage(err))) return;
       throw err;
     }
-    await extractArchive(archive, hostDir);
+    await extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
   }
 
   async stop(handle: EnvironmentHandle): Promise<void> {

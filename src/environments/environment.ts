@@ -4,6 +4,7 @@
  * environment started by an earlier one.
  */
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
+import type { CollectBudget } from './host-files';
 
 /**
  * Labels on every container and image Rollout creates: who owns it, so anything left behind can be found, and
@@ -34,6 +35,10 @@ export interface HeldEnvironment {
   trialId: string;
   workerId: string | null;
 }
+
+/** The instruction as a file in every environment: $ROLLOUT_TASK_INSTRUCTION_FILE (local maps the folder). */
+export const INSTRUCTION_DIR = '/rollout';
+export const INSTRUCTION_FILE = `${INSTRUCTION_DIR}/instruction.md`;
 
 export interface BuildRequest {
   /** The task's environment/ folder. */
@@ -109,9 +114,9 @@ export interface Environment {
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void>;
   /**
    * Copies the contents of `containerPath` into `hostDir`. Only regular files and folders are written; links are
-   * skipped and nothing is written outside hostDir.
+   * skipped and nothing is written outside hostDir. With a budget, nothing is written once a limit is reached.
    */
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void>;
+  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void>;
   stop(handle: EnvironmentHandle): Promise<void>;
   /** Removes the environment; idempotent (a missing one is not an error). */
   remove(handle: EnvironmentHandle): Promise<void>;

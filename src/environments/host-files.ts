@@ -9,6 +9,48 @@ import path from 'node:path';
 
 import tarStream from 'tar-stream';
 
+import type { CollectLimits, CollectReport } from '../trial/types';
+
+/** Paths of a CollectReport's `cut` beyond the first few are only counted: the report travels in a payload. */
+const CUT_PATHS_KEPT = 20;
+
+/**
+ * What may still be written to the host while collecting an environment's files: an agent can write more than the
+ * host's disk holds. Once a limit is reached nothing more is written, and the report says what was cut.
+ */
+export class CollectBudget {
+  private files = 0;
+  private bytes = 0;
+  private limitReached: CollectReport['limit_reached'] = null;
+  private readonly cut: string[] = [];
+  private cutUncounted = 0;
+
+  constructor(private readonly limits: CollectLimits) {}
+
+  /** Whether an entry of `size` bytes (0 for a folder) fits; once one does not, none after it does. */
+  admit(name: string, size: number): boolean {
+    if (!this.limitReached && this.files + 1 > this.limits.maxFiles) this.limitReached = 'files';
+    if (!this.limitReached && this.bytes + size > this.limits.maxBytes) this.limitReached = 'bytes';
+    if (this.limitReached) {
+      if (this.cut.length < CUT_PATHS_KEPT) this.cut.push(name.slice(0, 300));
+      else this.cutUncounted += 1;
+      return false;
+    }
+    this.files += 1;
+    this.bytes += size;
+    return true;
+  }
+
+  get exhausted(): boolean {
+    return this.limitReached !== null;
+  }
+
+  report(): CollectReport {
+    const more = this.cutUncounted ? [`… and ${this.cutUncounted} more`] : [];
+    return { files: this.files, bytes: this.bytes, limit_reached: this.limitReached, cut: [...this.cut, ...more] };
+  }
+}
+
 /** `root/relative` when it stays inside root (root itself included); undefined for `../` escapes. */
 export function resolveInside(root: string, relative: string): string | undefined {
   const target = path.resolve(root, relative);
@@ -46,7 +88,13 @@ export async function openFreshFile(file: string, mode = 0o644): Promise<FileHan
  * containerPath's own name, which is dropped: a folder's contents land in hostDir itself, a lone file as
  * hostDir/<its name>. Links, devices and entries that would land outside hostDir are skipped.
  */
-export async function extractArchive(archive: NodeJS.ReadableStream, hostDir: string): Promise<void> {
+export async function extractArchive(
+  archive: NodeJS.ReadableStream,
+  hostDir: string,
+  budget?: CollectBudget,
+  /** How cut entries are named in the budget's report: the folder hostDir stands for. */
+  reportAs = ''
+): Promise<void> {
   const root = path.resolve(hostDir);
   await mkdir(root, { recursive: true });
   const extract = tarStream.extract();
@@ -57,6 +105,12 @@ export async function extractArchive(archive: NodeJS.ReadableStream, hostDir: st
     const target = relative === undefined ? undefined : resolveInside(root, relative);
     if (target === undefined || target === root) {
       entry.resume();
+    } else if (budget && !budget.admit(path.join(reportAs, relative ?? ''), entry.header.size ?? 0)) {
+      // Over a limit: stop reading, so an agent's endless output does not hold the step for its whole timeout.
+      entry.resume();
+      (archive as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
+      extract.destroy();
+      break;
     } else if (entry.header.type === 'directory') {
       await makeRealDirectory(root, target);
       entry.resume();

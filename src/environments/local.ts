@@ -15,12 +15,14 @@ import type {
   StartRequest,
   StartResult,
 } from './environment';
+import { INSTRUCTION_FILE } from './environment';
+import type { CollectBudget } from './host-files';
 import { makeRealDirectory } from './host-files';
 
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
 /** Container paths a local environment maps into its root folder. */
-const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/solution', '/installed-agent', '/app'];
+const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/solution', '/installed-agent', '/app', '/rollout'];
 const ROOT_PREFIX = 'rollout-local-env-';
 /** The environment variables of start(), kept in the root for every later exec (as a container keeps its Env). */
 const START_ENV_FILE = 'start-env.json';
@@ -64,7 +66,7 @@ export class LocalEnvironment implements Environment {
     const root = await mkdtemp(path.join(tmpdir(), this.rootPrefix(request.trialId)));
     for (const dir of ['logs/agent', 'logs/verifier', 'app']) await mkdir(path.join(root, dir), { recursive: true });
     await writeFile(path.join(root, START_ENV_FILE), JSON.stringify(request.env));
-    return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced: ['cpus', 'memory', 'storage'] };
+    return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced: ['cpus', 'memory', 'storage', 'pids'] };
   }
 
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
@@ -105,11 +107,16 @@ export class LocalEnvironment implements Environment {
     await copyRegular(await realpath(hostPath), target); // Rollout's own path: a link to it is fine
   }
 
-  async download(handle: EnvironmentHandle, containerPath: string, hostDir: string): Promise<void> {
+  async download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void> {
     const source = mapContainerPath(handle.id, containerPath);
     if (!(await lstat(source).catch(() => undefined))) return;
     await mkdir(hostDir, { recursive: true });
-    await copyRegular(source, hostDir);
+    await copyRegular(source, hostDir, budget);
   }
 
   stop(): Promise<void> {
@@ -155,6 +162,7 @@ function localVariables(root: string): Record<string, string> {
     ROLLOUT_ORACLE_DIR: path.join(root, 'oracle'),
     ROLLOUT_AGENT_DIR: path.join(root, 'installed-agent'),
     ROLLOUT_APP_DIR: path.join(root, 'app'),
+    ROLLOUT_TASK_INSTRUCTION_FILE: mapContainerPath(root, INSTRUCTION_FILE),
   };
 }
 
@@ -228,20 +236,30 @@ function captureTail(pipe: NodeJS.ReadableStream): () => string {
  * Copies a file (as target/<its name>) or a folder's contents into target. As with a container's files, only regular
  * files and folders are copied and links on either side are never followed, so nothing lands outside target.
  */
-async function copyRegular(source: string, target: string): Promise<void> {
+async function copyRegular(source: string, target: string, budget?: CollectBudget): Promise<void> {
   const info = await lstat(source);
-  if (info.isFile()) await copyFresh(source, path.join(target, path.basename(source)));
-  else if (info.isDirectory()) await copyFolder(source, target);
+  const name = path.basename(source);
+  if (info.isFile() && (!budget || budget.admit(name, info.size))) {
+    await copyFresh(source, path.join(target, name));
+  } else if (info.isDirectory()) {
+    await copyFolder(source, target, budget, name);
+  }
 }
 
-async function copyFolder(source: string, target: string): Promise<void> {
+/** A folder's contents into target, within the budget; `reportAs` names the folder in the budget's report. */
+async function copyFolder(source: string, target: string, budget?: CollectBudget, reportAs = ''): Promise<void> {
   for (const entry of await readdir(source, { withFileTypes: true })) {
+    if (budget?.exhausted) return;
+    const from = path.join(source, entry.name);
     const to = path.join(target, entry.name);
+    const name = path.join(reportAs, entry.name);
     if (entry.isDirectory()) {
+      if (budget && !budget.admit(name, 0)) return;
       await makeRealDirectory(target, to);
-      await copyFolder(path.join(source, entry.name), to);
+      await copyFolder(from, to, budget, name);
     } else if (entry.isFile()) {
-      await copyFresh(path.join(source, entry.name), to);
+      if (budget && !budget.admit(name, (await lstat(from)).size)) return;
+      await copyFresh(from, to);
     }
   }
 }

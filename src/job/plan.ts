@@ -90,6 +90,11 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
               storageBytes: job.environment.override_storage
                 ? parseBytes(job.environment.override_storage)
                 : task.resources.storageBytes,
+              pidsLimit: job.environment.pids_limit ?? task.resources.pidsLimit,
+            },
+            collectLimits: {
+              maxBytes: parseBytes(job.environment.collect_max_bytes),
+              maxFiles: job.environment.collect_max_files,
             },
             forceBuild: job.environment.force_build,
             verify: !job.verifier.disable,

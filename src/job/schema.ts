@@ -1,5 +1,6 @@
 import { z } from 'zod';
 
+import { LOG_LEVELS } from '../log';
 import { parseBytes, parseCpus } from '../quantity';
 
 /** job.yaml / job.json, as the spec defines it. Unknown keys are errors so typos never pass silently. */
@@ -95,7 +96,7 @@ export const JobConfigSchema = z
     n_attempts: z.number().int().positive().default(1),
     n_concurrent_trials: z.number().int().positive().default(4),
     timeout_multiplier: z.number().positive().default(1),
-    log_level: z.enum(['debug', 'info', 'warn', 'warning', 'error']).default('info'),
+    log_level: z.enum(LOG_LEVELS).default('info'),
     environment: z
       .strictObject({
         type: z
@@ -109,6 +110,11 @@ export const JobConfigSchema = z
         override_cpus: quantity(parseCpus).optional(),
         override_memory: quantity(parseBytes).optional(),
         override_storage: quantity(parseBytes).optional(),
+        /** Overrides every task's [environment] pids_limit. */
+        pids_limit: z.number().int().positive().optional(),
+        /** Caps on what collect copies from an environment's /logs to the host, per trial. */
+        collect_max_bytes: quantity(parseBytes).default('1Gi'),
+        collect_max_files: z.number().int().positive().default(10_000),
       })
       .prefault({}),
     verifier: z

@@ -1,4 +1,4 @@
-import type { StepName, StepTiming, TrialError, TrialSpec, TrialSummary, Rewards } from '../trial/types';
+import type { CollectReport, StepName, StepTiming, TrialError, TrialSpec, TrialSummary, Rewards } from '../trial/types';
 
 /** `<job>/<trial>/result.json`. Documented in docs/results.md. */
 export interface TrialResult {
@@ -22,6 +22,8 @@ export interface TrialResult {
   unenforced_limits: string[];
   /** How many times the trial was restarted from scratch after losing its host or an infrastructure failure. */
   restarts: number;
+  /** What collect copied from /logs/agent and /logs/verifier, and what it cut at the job's collect limits. */
+  collected: CollectReport | null;
 }
 
 export function summaryFromResult(

@@ -35,6 +35,7 @@ const EnvironmentSection = z.strictObject({
   memory_mb: z.number().int().positive().optional(),
   storage_mb: z.number().int().positive().optional(),
   gpus: z.number().int().nonnegative().optional(),
+  pids_limit: z.number().int().positive().optional(),
   env: envTable.default({}),
   workdir: z.string().optional(),
   os: ignored,
@@ -87,10 +88,13 @@ export interface TaskResources {
   memoryBytes: number;
   storageBytes: number;
   gpus: number;
+  pidsLimit: number;
 }
 
 const DEFAULT_MEMORY = '2G';
 const DEFAULT_STORAGE = '10G';
+/** Room for agents that run browsers or compilers (each thread counts), far below what exhausts a host. */
+export const DEFAULT_PIDS_LIMIT = 4096;
 
 export function taskResources(environment: TaskConfig['environment']): TaskResources {
   const memoryBytes =
@@ -101,5 +105,11 @@ export function taskResources(environment: TaskConfig['environment']): TaskResou
     environment.storage_mb !== undefined
       ? environment.storage_mb * 1e6
       : parseBytes(environment.storage ?? DEFAULT_STORAGE);
-  return { cpus: parseCpus(environment.cpus), memoryBytes, storageBytes, gpus: environment.gpus ?? 0 };
+  return {
+    cpus: parseCpus(environment.cpus),
+    memoryBytes,
+    storageBytes,
+    gpus: environment.gpus ?? 0,
+    pidsLimit: environment.pids_limit ?? DEFAULT_PIDS_LIMIT,
+  };
 }

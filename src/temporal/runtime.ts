@@ -1,18 +1,47 @@
+import type { LogLevel as TemporalLogLevel } from '@temporalio/common';
 import { IllegalStateError } from '@temporalio/common';
 import { DefaultLogger, makeTelemetryFilterString, Runtime } from '@temporalio/worker';
 
+import type { LogLevel } from '../log';
+import { logEnabled, setLogLevel } from '../log';
+
 /**
- * Temporal's own logging at ROLLOUT_TEMPORAL_LOG_LEVEL (default ERROR), so Rollout's output stays readable. A
+ * Rollout's messages and its workflows' `log` at `level` (the job's log_level); Temporal's own (SDK and core) at
+ * ROLLOUT_TEMPORAL_LOG_LEVEL (default ERROR, or DEBUG with log_level debug), so Rollout's output stays readable. A
  * process that installed its own runtime first (a library user) keeps it.
  */
-export function installQuietRuntime(): void {
-  const level = (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL ?? 'ERROR') as 'ERROR';
+export function installQuietRuntime(level: LogLevel = 'info'): void {
+  setLogLevel(level);
+  const temporal =
+    (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL as TemporalLogLevel | undefined) ?? (level === 'debug' ? 'DEBUG' : 'ERROR');
+  const severity = (entryLevel: TemporalLogLevel) => ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'].indexOf(entryLevel);
+  // Workflow `log` calls arrive with sdkComponent "workflow"; everything else is Temporal's own.
+  const logger = new DefaultLogger('TRACE', (entry) => {
+    const fromWorkflow = entry.meta?.sdkComponent === 'workflow';
+    const wanted = fromWorkflow ? logEnabled(entryLevelOf(entry.level)) : severity(entry.level) >= severity(temporal);
+    if (wanted) console.error(`${entry.level.toLowerCase()}: ${entry.message}${workflowOf(entry.meta)}`);
+  });
   try {
     Runtime.install({
-      logger: new DefaultLogger(level),
-      telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: level }) } },
+      logger,
+      telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: temporal }) } },
     });
   } catch (err) {
     if (!(err instanceof IllegalStateError)) throw err;
   }
+}
+
+function entryLevelOf(level: TemporalLogLevel): LogLevel {
+  return level === 'TRACE' || level === 'DEBUG'
+    ? 'debug'
+    : level === 'INFO'
+      ? 'info'
+      : level === 'WARN'
+        ? 'warn'
+        : 'error';
+}
+
+/** ` (workflow <id>)` for a workflow's log line. */
+function workflowOf(meta: Record<string, unknown> | undefined): string {
+  return typeof meta?.workflowId === 'string' ? ` (workflow ${meta.workflowId})` : '';
 }

@@ -9,8 +9,18 @@ export type RewardRead =
  */
 const DECIMAL_NUMBER = /^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/;
 
-/** reward.txt holds one number (stored as {"reward": x}); reward.json a flat object of numbers. txt wins. */
-export function readReward(files: { txt?: string; json?: string }): RewardRead {
+/** Most keys and longest key of reward.json: rewards travel through Temporal and into every result file. */
+const MAX_REWARD_KEYS = 1000;
+const MAX_REWARD_KEY_LENGTH = 200;
+
+/**
+ * reward.txt holds one number (stored as {"reward": x}); reward.json a flat object of numbers. txt wins. `tooBig`
+ * names a reward file too big to read.
+ */
+export function readReward(files: { txt?: string; json?: string; tooBig?: string }): RewardRead {
+  if (files.tooBig !== undefined) {
+    return { error: 'RewardFileParseError', message: `${files.tooBig}: too big to be a reward file` };
+  }
   if (files.txt !== undefined) {
     const text = files.txt.trim();
     const value = Number(text);
@@ -32,8 +42,18 @@ export function readReward(files: { txt?: string; json?: string }): RewardRead {
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
       return { error: 'RewardFileParseError', message: 'reward.json: expected an object of numbers' };
     }
+    const entries = Object.entries(parsed);
+    if (entries.length > MAX_REWARD_KEYS) {
+      return { error: 'RewardFileParseError', message: `reward.json: more than ${MAX_REWARD_KEYS} rewards` };
+    }
     const rewards: Rewards = {};
-    for (const [key, value] of Object.entries(parsed)) {
+    for (const [key, value] of entries) {
+      if (key.length > MAX_REWARD_KEY_LENGTH) {
+        return {
+          error: 'RewardFileParseError',
+          message: `reward.json: a key longer than ${MAX_REWARD_KEY_LENGTH} characters ("${key.slice(0, 40)}…")`,
+        };
+      }
       if (typeof value !== 'number' || !Number.isFinite(value)) {
         return { error: 'RewardFileParseError', message: `reward.json: "${key}" is not a number` };
       }

@@ -14,6 +14,25 @@ export interface TrialResources {
   cpus: number;
   memoryBytes: number;
   storageBytes: number;
+  /** Most processes (and threads) the environment may hold at once: a fork bomb stops there. */
+  pidsLimit: number;
+}
+
+/** How much of the environment's /logs a trial may bring back to the host. */
+export interface CollectLimits {
+  maxBytes: number;
+  /** Files and folders. */
+  maxFiles: number;
+}
+
+/** What collect brought back, and what it left behind because a limit was reached. */
+export interface CollectReport {
+  files: number;
+  bytes: number;
+  /** The limit that stopped collection, if any. */
+  limit_reached: 'bytes' | 'files' | null;
+  /** Paths (relative to the trial folder) not collected: the first entry over the limit, and any after it seen. */
+  cut: string[];
 }
 
 /** One planned trial: the Trial workflow's input. File contents and secrets never go here. */
@@ -33,6 +52,7 @@ export interface TrialSpec {
   envKey: string;
   timeouts: StepTimeouts;
   resources: TrialResources;
+  collectLimits: CollectLimits;
   forceBuild: boolean;
   verify: boolean;
   /** How long a step may wait for its host's worker before the trial restarts on another host. */

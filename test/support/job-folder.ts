@@ -121,6 +121,7 @@ export async function writeJobFolder(root: string, job: FixtureJob): Promise<str
       image: 'rollout-env:fixture',
       unenforced_limits: [],
       restarts: 0,
+      collected: null,
       ...trial.extra,
     };
     await writeFile(path.join(dir, 'result.json'), JSON.stringify(result, null, 2));

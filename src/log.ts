@@ -1,0 +1,28 @@
+/**
+ * Rollout's own messages (CLI and workers) on stderr, at the job's `log_level` (or `rollout worker --log-level`).
+ * Results (the report, `results:` lines) are not log messages and always print.
+ */
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'warning', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+const SEVERITY: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, warning: 30, error: 40 };
+let threshold: number = SEVERITY.info;
+
+export function setLogLevel(level: LogLevel): void {
+  threshold = SEVERITY[level];
+}
+
+export function logEnabled(level: LogLevel): boolean {
+  return SEVERITY[level] >= threshold;
+}
+
+export const log = {
+  debug: (message: string) => write('debug', message),
+  info: (message: string) => write('info', message),
+  warn: (message: string) => write('warn', `warning: ${message}`),
+  error: (message: string) => write('error', `error: ${message}`),
+};
+
+function write(level: LogLevel, line: string): void {
+  if (logEnabled(level)) console.error(line);
+}
