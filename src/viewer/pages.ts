@@ -525,8 +525,7 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
         ${paired.length - better - worse} · mean difference B − A ${fmt(estimate.mean)}
         ${
           estimate.ci95
-            ? html`, 95% CI [${fmt(estimate.ci95[0])},
-              ${fmt(estimate.ci95[1])}]${' '}${
+            ? html`${`, 95% CI [${fmt(estimate.ci95[0])}, ${fmt(estimate.ci95[1])}] `}${
                 estimate.ci95[0] > 0 || estimate.ci95[1] < 0
                   ? html`<strong>(a difference beyond noise)</strong>`
                   : html`<span class="muted">(within noise: the interval contains 0)</span>`
