@@ -106,6 +106,22 @@ let server: ViewServer;
 let browser: Browser;
 let page: Page;
 
+/** A viewer over `dir` and a browser page. */
+async function open(dir: string): Promise<void> {
+  server = await startViewServer(dir);
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  });
+  page = await browser.newPage();
+  await page.setViewport({ width: 1400, height: 1000 });
+}
+
+async function close(): Promise<void> {
+  await browser?.close();
+  await server?.close();
+}
+
 async function visit(url: string, shot?: string): Promise<void> {
   const response = await page.goto(url, { waitUntil: 'load' });
   assert.equal(response?.status(), 200, url);
@@ -132,18 +148,9 @@ describe('rollout view in a browser', () => {
         rewards: { reward: task === 'gamma' ? 0 : 1 },
       })),
     });
-    server = await startViewServer(root);
-    browser = await puppeteer.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-    });
-    page = await browser.newPage();
-    await page.setViewport({ width: 1400, height: 1000 });
+    await open(root);
   });
-  after(async () => {
-    await browser?.close();
-    await server?.close();
-  });
+  after(close);
 
   it('lists jobs with status, progress, counts and errors by type', async () => {
     await visit(server.url, 'jobs');
@@ -308,18 +315,9 @@ describe('rollout view on a job of 10,000 trials', () => {
             rewards: { reward: (task + attempt) % 3 === 0 ? 1 : 0 },
           });
     await writeJobFolder(bigRoot, { name: 'big', trials });
-    server = await startViewServer(bigRoot);
-    browser = await puppeteer.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-    });
-    page = await browser.newPage();
-    await page.setViewport({ width: 1400, height: 1000 });
+    await open(bigRoot);
   });
-  after(async () => {
-    await browser?.close();
-    await server?.close();
-  });
+  after(close);
 
   it('sends one page of trials and of the matrix, and pages through the rest', async () => {
     const started = Date.now();
