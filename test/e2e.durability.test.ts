@@ -1,6 +1,6 @@
 /**
- * Durability for real: SIGKILL the CLI (and its in-process worker) mid-job, restart the Temporal dev server,
- * restart the Docker daemon, cancel a job and resume it. Each time the job must finish with every trial run exactly
+ * Durability for real: SIGKILL the CLI (and its in-process worker) mid-job, restart the Temporal server (and, on the
+ * PostgreSQL-backed cluster, PostgreSQL), restart the Docker daemon, cancel a job and resume it. Each time the job must finish with every trial run exactly
  * once to completion, finished trials untouched, and no container with Rollout's labels left.
  */
 import assert from 'node:assert/strict';
@@ -14,13 +14,12 @@ import { after, before, describe, it } from 'node:test';
 import type { Client, Connection } from '@temporalio/client';
 import Docker from 'dockerode';
 
-import { ensureDevServer, stopDevServer } from '../src/temporal/dev-server';
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli, workspace, writeOracleJob } from './support/cli';
 import { runningTrialSteps } from '../src/cli/inspect';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
-import { TEST_SERVER, testTemporal } from './support/temporal';
+import { TEST_SERVER_KIND, startTestServer, stopTestServer, testCluster, testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
 
 let client: Client;
@@ -110,19 +109,44 @@ describe('durability', () => {
     assert.equal(await trialExecutions(name), 7);
   });
 
-  it('continues a job from its history across a restart of the Temporal dev server', async () => {
+  it(`continues a job from its history across a restart of the Temporal server (${TEST_SERVER_KIND})`, async () => {
     const { dir, name, jobDir } = await slowJob(4, 2);
     const cli = startCli(['job.yaml'], { cwd: dir });
     await waitFor('a finished trial', async () => (await results(jobDir)).size >= 1);
-    assert.ok(await stopDevServer(TEST_SERVER));
+    assert.ok(await stopTestServer());
     await new Promise((resolve) => setTimeout(resolve, 2000));
-    await ensureDevServer(TEST_SERVER);
+    await startTestServer();
     const run = await cli.output;
     assert.equal(run.code, 0, run.stderr);
     await assertAllRewarded(jobDir, 4);
     assert.deepEqual(await containersOfJob(name), []);
     ({ client, connection } = await testTemporal());
+    assert.equal(await trialExecutions(name), 4, 'one Trial workflow execution per trial');
   });
+
+  it(
+    'completes a job across a restart of PostgreSQL under the Temporal server: nothing lost, nothing run twice',
+    { skip: TEST_SERVER_KIND !== 'cluster' && 'the dev server has no PostgreSQL (ROLLOUT_TEST_SERVER=cluster)' },
+    async () => {
+      const { dir, name, jobDir } = await slowJob(4, 2);
+      const cli = startCli(['job.yaml'], { cwd: dir });
+      await waitFor('a finished trial and an agent running', async () => {
+        if ((await results(jobDir)).size < 1) return false;
+        return (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute');
+      });
+      const finished = await results(jobDir);
+      await testCluster('stop', 'postgres');
+      // Long enough for the server's persistence calls, the workers' polls and heartbeats to fail and retry.
+      await new Promise((resolve) => setTimeout(resolve, 5000));
+      await testCluster('up');
+      const run = await cli.output;
+      assert.equal(run.code, 0, run.stderr);
+      const all = await assertAllRewarded(jobDir, 4);
+      for (const [trial, { text }] of finished) assert.equal(all.get(trial)?.text, text, `${trial} was touched`);
+      assert.equal(await trialExecutions(name), 4, 'one Trial workflow execution per trial');
+      assert.deepEqual(await containersOfJob(name), []);
+    }
+  );
 
   it('completes a job across a restart of the Docker daemon: affected steps retry as infrastructure errors', async () => {
     const { dir, name, jobDir } = await slowJob(4, 2);

@@ -1,4 +1,5 @@
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
+import { msToTs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 
 import { devServerConfig, ensureDevServer } from './dev-server';
@@ -44,16 +45,61 @@ const INDEXED_TYPES: Record<string, temporal.api.enums.v1.IndexedValueType> = {
   DOUBLE: temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
 };
 
-/** Registers Rollout's search attributes on whatever server it connects to (a no-op once they exist). */
-export async function ensureSearchAttributes(connection: Connection, namespace: string): Promise<void> {
-  const existing = await connection.operatorService.listSearchAttributes({ namespace });
-  const known = new Set(Object.keys(existing.customAttributes ?? {}));
-  const missing = ROLLOUT_SEARCH_ATTRIBUTES.filter((key) => !known.has(key.name));
-  if (missing.length === 0) return;
-  await connection.operatorService.addSearchAttributes({
-    namespace,
-    searchAttributes: Object.fromEntries(missing.map((key) => [key.name, INDEXED_TYPES[key.type]!])),
+/** Retention of a namespace Rollout creates: closed Jobs and Trials stay queryable for 30 days. */
+const NAMESPACE_RETENTION = '30 days';
+
+/**
+ * Makes a server ready for Rollout, a no-op once it is: the dev server creates its namespace and search attributes
+ * at start, a production server (scripts/temporal-cluster.sh, docker-compose.temporal.yml) may have neither yet.
+ * Creates the namespace when missing, registers Rollout's search attributes, then waits until visibility accepts
+ * queries on them: a real server learns of namespace changes through a cache refreshed every few seconds, and
+ * starting a workflow with an attribute it does not know yet fails.
+ */
+export async function ensureSearchAttributes(
+  connection: Connection,
+  namespace: string,
+  timeoutMs = 60_000
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  await connection.workflowService.describeNamespace({ namespace }).catch(async (err: unknown) => {
+    if (!isNotFound(err)) throw err;
+    await connection.workflowService.registerNamespace({
+      namespace,
+      workflowExecutionRetentionPeriod: msToTs(NAMESPACE_RETENTION),
+    });
   });
+  for (;;) {
+    try {
+      const existing = await connection.operatorService.listSearchAttributes({ namespace });
+      const known = new Set(Object.keys(existing.customAttributes ?? {}));
+      const missing = ROLLOUT_SEARCH_ATTRIBUTES.filter((key) => !known.has(key.name));
+      if (missing.length > 0) {
+        await connection.operatorService.addSearchAttributes({
+          namespace,
+          searchAttributes: Object.fromEntries(missing.map((key) => [key.name, INDEXED_TYPES[key.type]!])),
+        });
+      }
+      const query = ROLLOUT_SEARCH_ATTRIBUTES.map((key) => `${key.name} IS NULL`).join(' AND ');
+      await connection.workflowService.countWorkflowExecutions({ namespace, query });
+      return;
+    } catch (err) {
+      // NotFound: the namespace is not in the caches yet; InvalidArgument: an attribute is not.
+      if (!(isNotFound(err) || hasCode(err, GRPC_INVALID_ARGUMENT)) || Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+}
+
+// gRPC status codes (grpc-js `status`, a dependency of the SDK rather than of Rollout).
+const GRPC_INVALID_ARGUMENT = 3;
+const GRPC_NOT_FOUND = 5;
+
+function hasCode(err: unknown, code: number): boolean {
+  return isGrpcServiceError(err) && (err.code as number) === code;
+}
+
+function isNotFound(err: unknown): boolean {
+  return hasCode(err, GRPC_NOT_FOUND);
 }
 
 export function workflowUiUrl(endpoint: TemporalEndpoint, workflowId: string): string | null {

@@ -2,7 +2,7 @@
 import { scaleBenchmark } from './scale';
 
 const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
-  scale: (args) => scaleBenchmark(Number(args[0] ?? 10_000)),
+  scale: scaleBenchmark,
 };
 
 async function main(): Promise<void> {
