@@ -1,7 +1,8 @@
 /**
- * Durability for real: SIGKILL the CLI (and its in-process worker) mid-job, restart the Temporal server (and, on the
- * PostgreSQL-backed cluster, PostgreSQL), restart the Docker daemon, cancel a job and resume it. Each time the job must finish with every trial run exactly
- * once to completion, finished trials untouched, and no container with Rollout's labels left.
+ * Durability for real: SIGKILL the CLI (and its in-process worker) mid-job, restart the Temporal server (and, on
+ * the PostgreSQL-backed cluster, PostgreSQL), restart the Docker daemon, cancel a job and resume it. Each time the
+ * job must finish with every trial run exactly once to completion, finished trials untouched, and no container with
+ * Rollout's labels left.
  */
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';

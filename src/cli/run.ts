@@ -17,7 +17,13 @@ import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TemporalEndpoint } from '../temporal/connect';
-import { connectClient, ensureSearchAttributes, resolveTemporal, workflowUiUrl } from '../temporal/connect';
+import {
+  connectClient,
+  ensureSearchAttributes,
+  resolveTemporal,
+  resultAcrossRestarts,
+  workflowUiUrl,
+} from '../temporal/connect';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';
@@ -104,7 +110,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   );
   let final: JobProgress | typeof DETACHED;
   try {
-    final = await Promise.race([handle.result(), ...(detached ? [detached] : [])]);
+    final = await Promise.race([resultAcrossRestarts(handle), ...(detached ? [detached] : [])]);
   } catch (err) {
     await workerRun?.stop();
     await connection.close();
@@ -158,7 +164,7 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
     options.worker && config ? await startJobWorkers(endpoint, client, config, options.hostId) : undefined;
   try {
     await handle.cancel();
-    const final = await handle.result();
+    const final = await resultAcrossRestarts(handle);
     console.log(`job ${jobName} cancelled: ${final.finished}/${final.total} trials finished, partial results kept`);
   } finally {
     await workerRun?.stop();

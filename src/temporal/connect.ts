@@ -1,4 +1,4 @@
-import { Client, Connection, isGrpcServiceError } from '@temporalio/client';
+import { Client, Connection, isGrpcServiceError, ServiceError } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 
@@ -100,6 +100,27 @@ function hasCode(err: unknown, code: number): boolean {
 
 function isNotFound(err: unknown): boolean {
   return hasCode(err, GRPC_NOT_FOUND);
+}
+
+/**
+ * A workflow's result, waited for across restarts of the Temporal server: its long poll fails while the server is
+ * down or still starting (a server on PostgreSQL takes tens of seconds, longer than the client's own retries). Gives
+ * up after `patienceMs` of failing polls in a row; a workflow's own failure is thrown at once.
+ */
+export async function resultAcrossRestarts<T>(handle: { result(): Promise<T> }, patienceMs = 300_000): Promise<T> {
+  let failingSince: number | undefined;
+  for (;;) {
+    const polled = Date.now();
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (!(err instanceof ServiceError)) throw err;
+      // A poll that failed only after a long wait had reached the server: the outage is a new one.
+      if (failingSince === undefined || Date.now() - polled > 60_000) failingSince = polled;
+      if (Date.now() - failingSince > patienceMs) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
 }
 
 export function workflowUiUrl(endpoint: TemporalEndpoint, workflowId: string): string | null {

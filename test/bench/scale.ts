@@ -7,7 +7,7 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -52,6 +52,8 @@ async function devBenchServer(): Promise<BenchServer> {
 
 async function clusterBenchServer(): Promise<BenchServer> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-bench-cluster-'));
+  // Readable by the `postgres` user, which runs PostgreSQL when this runs as root.
+  await chmod(dir, 0o755);
   const port = BENCH_PORT + 100;
   const script = (command: string) =>
     promisify(execFile)(path.join(REPO_ROOT, 'scripts', 'temporal-cluster.sh'), [command], {
