@@ -1,7 +1,16 @@
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+
 import { Context } from '@temporalio/activity';
 
 import type { AgentRun } from '../src/agents/agent';
-import { createAgent, instructionVariable, loadAgentConfig } from '../src/agents/agent';
+import { catalogueAgent, createAgent, instructionVariable, loadAgentConfig } from '../src/agents/agent';
+import { installPlan } from '../src/agents/installed';
+import { CA_TRUST_ENV } from '../src/environments/ca-trust';
+import { INSTRUCTION_FILE } from '../src/environments/environment';
+import type { AgentConfig, EnvironmentType } from '../src/job/schema';
+import { jobFiles } from '../src/results/files';
+import type { Task } from '../src/task/load';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
@@ -25,6 +34,40 @@ export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: Agen
     env: { ...env, ...instructionVariable(task.instruction) },
     timeoutMs: timeoutSec * 1000,
     signal: Context.current().cancellationSignal,
+    agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
   };
-  return { agent: createAgent(config), run };
+  return { agent: createAgent(config), run, config, task };
+}
+
+/** The host CA bundle for containers; a local environment is the host itself and needs none. */
+export function containerCaBundle(deps: ActivityDeps, type: EnvironmentType): string | null {
+  return type === 'local' ? null : deps.caBundle;
+}
+
+/** The environment's own variables: the task's [environment.env], the CA trust variables and the instruction. */
+export function containerEnv(deps: ActivityDeps, task: Task, type: EnvironmentType): Record<string, string> {
+  return {
+    ...resolveWorkerEnv(task.config.environment.env),
+    ...(containerCaBundle(deps, type) ? CA_TRUST_ENV : {}),
+    ...instructionVariable(task.instruction),
+    ROLLOUT_TASK_INSTRUCTION_FILE: INSTRUCTION_FILE,
+  };
+}
+
+/**
+ * What an install snapshot of this trial's agent is keyed by (the base image is added by the environment): the
+ * install recipe and the container's env, which the snapshot keeps (so trials with other env never share it; the
+ * instruction is set anew by every trial). Null when the agent installs nothing.
+ */
+export function installSnapshotKey(
+  deps: ActivityDeps,
+  task: Task,
+  config: AgentConfig,
+  type: EnvironmentType
+): string | null {
+  const builtin = catalogueAgent(config);
+  if (builtin?.kind !== 'installed') return null;
+  const { ROLLOUT_TASK_INSTRUCTION: _instruction, ...env } = containerEnv(deps, task, type);
+  const entries = Object.entries(env).sort(([a], [b]) => a.localeCompare(b));
+  return createHash('sha256').update(installPlan(builtin, config).key).update(JSON.stringify(entries)).digest('hex');
 }

@@ -1,3 +1,4 @@
+import { installGate } from '../src/agents/install-gate';
 import type { TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, log } from './context';
@@ -17,6 +18,7 @@ export function cleanupEnvironment(deps: ActivityDeps) {
       await log(spec, 'cleanup', `removed ${removed} environment(s)`);
     } finally {
       deps.slots.release(spec.trialId);
+      installGate.release(spec.trialId); // a trial that failed before its install step never released it
     }
   };
 }

@@ -18,6 +18,8 @@ export interface ActivityDeps {
   /** The task queue only this host's worker polls: steps after `start` must run where the container lives. */
   hostQueue(type: EnvironmentType): string;
   slots: TrialSlots;
+  /** Host CA bundle that containers get (see src/environments/ca-trust.ts); null: containers keep their own trust. */
+  caBundle: string | null;
 }
 
 /** Per-worker limit on trials that hold an environment on this host (`rollout worker --max-trials`). */

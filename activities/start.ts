@@ -2,12 +2,15 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { instructionVariable } from '../src/agents/agent';
+import { loadAgentConfig } from '../src/agents/agent';
+import { installGate } from '../src/agents/install-gate';
+import { installCaBundle } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
 import { INSTRUCTION_DIR, INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
+import { heartbeating, loadTrialTask, log, taskFailure } from './context';
 
 export interface StartInput {
   spec: TrialSpec;
@@ -19,42 +22,60 @@ export interface StartOutput {
   unenforced: string[];
 }
 
+/** Room left in the start step (after waiting for another trial's install) to start the container itself. */
+const START_MARGIN_MS = 60_000;
+
 /**
  * Step 2: a fresh environment for the trial, with its resource limits, the instruction in the file
  * $ROLLOUT_TASK_INSTRUCTION_FILE and, when small enough, in $ROLLOUT_TASK_INSTRUCTION. Whatever an earlier attempt of
- * this trial left on this host is removed first.
+ * this trial left on this host is removed first. A catalogue agent's install snapshot of this image, when this host
+ * has one, is started instead of the image.
  */
 export function startEnvironment(deps: ActivityDeps) {
   return async function startEnvironment({ spec, image }: StartInput): Promise<StartOutput> {
-    const task = await loadTrialTask(spec);
+    const [task, agent] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
+    const environment = deps.environment(spec.environmentType);
     try {
-      const environment = deps.environment(spec.environmentType);
-      const started = await heartbeating(async () => {
+      const started = await heartbeating(async (signal) => {
+        const key = installSnapshotKey(deps, task, agent, spec.environmentType);
+        const snapshot = await findSnapshot(environment, image, key, spec, signal);
         const result = await environment.start({
-          image,
+          image: snapshot ?? image,
           jobName: spec.jobName,
           trialId: spec.trialId,
           trialName: spec.trialName,
           workerId: deps.hostId,
           resources: spec.resources,
-          env: {
-            ...resolveWorkerEnv(task.config.environment.env),
-            ...instructionVariable(task.instruction),
-            ROLLOUT_TASK_INSTRUCTION_FILE: INSTRUCTION_FILE,
-          },
+          env: containerEnv(deps, task, spec.environmentType),
           workdir: task.config.environment.workdir,
         });
         await uploadInstruction(environment, result.handle, task.instruction);
-        return result;
+        const caBundle = containerCaBundle(deps, spec.environmentType);
+        if (caBundle) await installCaBundle(environment, result.handle, caBundle);
+        return { ...result, snapshot };
       });
       const unenforced = started.unenforced.length ? ` (not enforced here: ${started.unenforced.join(', ')})` : '';
-      await log(spec, 'start', `environment ${started.handle.id.slice(0, 12)} started${unenforced}`);
-      return started;
+      const from = started.snapshot ? ` from install snapshot ${started.snapshot}` : '';
+      await log(spec, 'start', `environment ${started.handle.id.slice(0, 12)} started${from}${unenforced}`);
+      return { handle: started.handle, unenforced: started.unenforced };
     } catch (err) {
       if (err instanceof TaskEnvironmentError) throw taskFailure(err.type, err.message);
       throw err;
     }
   };
+}
+
+function findSnapshot(
+  environment: Environment,
+  image: string,
+  key: string | null,
+  spec: TrialSpec,
+  signal: AbortSignal
+): Promise<string | null> {
+  const snapshots = environment.snapshots;
+  if (!key || !snapshots) return Promise.resolve(null);
+  const maxWaitMs = Math.max(0, spec.timeouts.start * 1000 - START_MARGIN_MS);
+  return installGate.snapshotFor(`${image}\n${key}`, spec.trialId, () => snapshots.find(image, key), signal, maxWaitMs);
 }
 
 /** The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE. */

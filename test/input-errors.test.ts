@@ -71,6 +71,29 @@ describe('invalid input', () => {
     );
   });
 
+  it('reports an unknown built-in agent and an option the agent does not take, listing the valid values', async () => {
+    const stderr = await expectInputError(
+      [
+        'agents:',
+        '  - name: haiku',
+        '    agent: claude-kode',
+        '  - name: claude-code',
+        '    kwargs: { max_turns: 3, colour: blue }',
+        '  - name: terminus',
+        '    kwargs: { max_turns: many }',
+        'datasets:',
+        '  - path: tasks',
+        '',
+      ].join('\n'),
+      [
+        /agents\.0\.agent: unknown agent "claude-kode": built-in agents are \[oracle, claude-code, codex, .*terminus\]/,
+        /agents\.1\.kwargs\.colour: unknown option of claude-code: valid options are \[max_turns, permission_mode\]/,
+        /agents\.2\.kwargs\.max_turns: /,
+      ]
+    );
+    assert.doesNotMatch(stderr, /max_turns: unknown/);
+  });
+
   it('reports a malformed task.toml, a bad task quantity and a missing tests/test.sh, naming each file', async () => {
     await write('tasks/broken-toml/task.toml', 'version = "1.0"\n[agent\ntimeout_sec = 1\n');
     await write('tasks/broken-toml/instruction.md', 'x');

@@ -4,6 +4,8 @@ import type { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 
 import { createProviderActivities, jobActivities } from '../activities';
+import type { CaTrustMode } from '../src/environments/ca-trust';
+import { hostCaBundle } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
@@ -30,6 +32,8 @@ export interface WorkerSetOptions {
   maxTrials: number;
   /** Also run Job/Trial workflows and job activities (the `rollout` queue). */
   serveWorkflows: boolean;
+  /** Containers trust the host's CA certificates (default `auto`: when the host has extra CAs installed). */
+  containerCaTrust?: CaTrustMode;
   /** Pre-built workflow bundle (bundling takes a second or two; tests share one). */
   workflowBundle?: { code: string } | { codePath: string };
 }
@@ -54,6 +58,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
   const deps = {
     hostId: workerId,
     slots,
+    caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {

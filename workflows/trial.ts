@@ -24,6 +24,7 @@ import { summaryFromResult } from '../src/results/trial-result';
 import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
 import { RolloutReward, RolloutStatus } from '../src/temporal/search-attributes';
 import type {
+  AgentInfo,
   CollectReport,
   EnvironmentHandle,
   ExecuteOutcome,
@@ -76,6 +77,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     task_name: spec.taskName,
     dataset_name: spec.datasetName,
     agent_name: spec.agentName,
+    agent: outcome.agent,
     attempt: spec.attempt,
     rewards: outcome.rewards,
     error: outcome.error,
@@ -120,6 +122,7 @@ interface Outcome {
   rewards: Rewards | null;
   error: TrialError | null;
   agentExitCode: number | null;
+  agent: AgentInfo | null;
   image: string | null;
   builtImage: string | null;
   unenforced: string[];
@@ -133,6 +136,7 @@ function emptyOutcome(): Outcome {
     rewards: null,
     error: null,
     agentExitCode: null,
+    agent: null,
     image: null,
     builtImage: null,
     unenforced: [],
@@ -180,7 +184,8 @@ async function runOnce(
     handle = started.handle;
     outcome.unenforced = started.unenforced;
     const environment = handle;
-    await step('install', () => host.installAgent({ spec, handle: environment }));
+    // Histories recorded before installs reported the agent return nothing here.
+    outcome.agent = (await step('install', () => host.installAgent({ spec, handle: environment }))) ?? null;
     const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
     outcome.agentExitCode = execution.exitCode;
     if (execution.timedOut) {

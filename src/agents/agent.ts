@@ -1,4 +1,6 @@
-import { readFile, stat } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 
 import type { ExecResult, Environment } from '../environments/environment';
 import type { AgentConfig } from '../job/schema';
@@ -6,7 +8,11 @@ import { ORACLE_AGENT } from '../job/schema';
 import { jobFiles } from '../results/files';
 import type { Task } from '../task/load';
 import type { EnvironmentHandle } from '../trial/types';
+import type { BuiltinAgentDefinition } from './builtin';
 import { customAgent } from './custom';
+import { installedAgent } from './installed';
+import { builtinAgent } from './registry';
+import { terminusAgent } from './terminus';
 import { oracleAgent } from './oracle';
 
 /** Everything an agent step needs: where to run, what task, how long, and the resolved (secret) environment. */
@@ -18,12 +24,17 @@ export interface AgentRun {
   env: Record<string, string>;
   timeoutMs: number;
   signal: AbortSignal;
+  /** The trial's agent/ folder on the worker's host, for agents whose loop runs in the worker. */
+  agentLogsDir: string;
 }
+
+/** An install's exit, and for catalogue agents the version it left in place and whether it installed anything. */
+export type InstallOutcome = ExecResult & { version?: string | null; fresh?: boolean };
 
 export interface Agent {
   readonly name: string;
   /** Installs the agent; null when there is nothing to install. */
-  install(run: AgentRun): Promise<ExecResult | null>;
+  install(run: AgentRun): Promise<InstallOutcome | null>;
   execute(run: AgentRun): Promise<ExecResult>;
 }
 
@@ -46,6 +57,17 @@ export function instructionVariable(instruction: string): Record<string, string>
   return Buffer.byteLength(instruction) <= INSTRUCTION_ENV_MAX_BYTES ? { ROLLOUT_TASK_INSTRUCTION: instruction } : {};
 }
 
+/** Copies a script into the container's agent-scripts folder, where `${CONTAINER_PATHS.agentScripts}/<name>` finds it. */
+export async function uploadAgentScript(run: AgentRun, name: string, script: string): Promise<void> {
+  const folder = await mkdtemp(path.join(tmpdir(), 'rollout-agent-'));
+  try {
+    await writeFile(path.join(folder, name), script, { mode: 0o755 });
+    await run.environment.upload(run.handle, path.join(folder, name), '/installed-agent');
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+  }
+}
+
 export class SolutionNotFoundError extends Error {
   constructor(taskDir: string) {
     super(`${taskDir}/solution/solve.sh: missing, so the oracle agent cannot run this task`);
@@ -53,8 +75,22 @@ export class SolutionNotFoundError extends Error {
   }
 }
 
+/** The catalogue agent a configuration runs (`agent`, or its `name` when it gives no scripts); undefined if custom. */
+export function catalogueAgent(config: AgentConfig): BuiltinAgentDefinition | undefined {
+  const scripted = config.install !== undefined || config.execute !== undefined;
+  return builtinAgent(config.agent ?? (scripted ? '' : config.name));
+}
+
+export function isOracle(config: AgentConfig): boolean {
+  return (config.agent ?? config.name) === ORACLE_AGENT && config.execute === undefined;
+}
+
 export function createAgent(config: AgentConfig): Agent {
-  return config.name === ORACLE_AGENT ? oracleAgent : customAgent(config);
+  if (isOracle(config)) return oracleAgent;
+  const builtin = catalogueAgent(config);
+  if (builtin?.kind === 'installed') return installedAgent(builtin, config);
+  if (builtin?.kind === 'worker') return terminusAgent(config);
+  return customAgent(config);
 }
 
 const jobConfigs = new Map<string, { mtimeMs: number; config: Promise<{ agents: AgentConfig[] }> }>();

@@ -1,11 +1,7 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-
 import type { ExecResult } from '../environments/environment';
 import type { AgentConfig } from '../job/schema';
 import type { Agent, AgentRun } from './agent';
-import { CONTAINER_PATHS } from './agent';
+import { CONTAINER_PATHS, uploadAgentScript } from './agent';
 
 /** An agent defined in job.yaml by its install and execute bash scripts. Output goes to /logs/agent/<step>.txt. */
 export function customAgent(config: AgentConfig): Agent {
@@ -17,13 +13,7 @@ export function customAgent(config: AgentConfig): Agent {
 }
 
 async function runScript(run: AgentRun, step: 'install' | 'execute', script: string): Promise<ExecResult> {
-  const folder = await mkdtemp(path.join(tmpdir(), 'rollout-agent-'));
-  try {
-    await writeFile(path.join(folder, `${step}.sh`), script, { mode: 0o755 });
-    await run.environment.upload(run.handle, path.join(folder, `${step}.sh`), '/installed-agent');
-  } finally {
-    await rm(folder, { recursive: true, force: true });
-  }
+  await uploadAgentScript(run, `${step}.sh`, script);
   return run.environment.exec(run.handle, {
     command: `bash "${CONTAINER_PATHS.agentScripts}/${step}.sh" > "${CONTAINER_PATHS.logs}/agent/${step}.txt" 2>&1`,
     env: run.env,

@@ -4,6 +4,8 @@ import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
+import type { CaTrustMode } from '../environments/ca-trust';
+import { CA_TRUST_MODES } from '../environments/ca-trust';
 import { InputError } from '../errors';
 import type { LogLevel } from '../log';
 import { LOG_LEVELS, log } from '../log';
@@ -18,6 +20,7 @@ import type { JobResult } from '../results/job-result';
 import { jobWorkflowId } from '../job/plan';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested, parseGateOptions } from './gate';
+import { renderAgentList } from './agents';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
 import { renderDatasetList, renderEvals, renderReport } from './report';
@@ -93,6 +96,14 @@ export function buildProgram(): Command {
         .choices([...LOG_LEVELS])
         .default('info')
     )
+    .addOption(
+      new Option(
+        '--container-ca-trust <mode>',
+        "containers trust the host's CA certificates (auto: if it has extra CAs)"
+      )
+        .choices([...CA_TRUST_MODES])
+        .default('auto')
+    )
     .action(
       async (opts: {
         env: EnvironmentType[];
@@ -100,6 +111,7 @@ export function buildProgram(): Command {
         hostId: string;
         workflows: boolean;
         logLevel: LogLevel;
+        containerCaTrust: CaTrustMode;
       }) => {
         installQuietRuntime(opts.logLevel);
         const endpoint = await resolveTemporal({ startDevServer: false });
@@ -113,6 +125,7 @@ export function buildProgram(): Command {
           environmentTypes: opts.env,
           maxTrials: opts.maxTrials,
           serveWorkflows: opts.workflows,
+          containerCaTrust: opts.containerCaTrust,
         });
         log.info(
           `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
@@ -245,6 +258,13 @@ export function buildProgram(): Command {
     .action(async (opts: { registry?: string }) => {
       console.log(renderDatasetList(await readRegistry(opts.registry ? registrySource(opts.registry) : undefined)));
     });
+
+  program
+    .command('agents')
+    .description('the catalogue of built-in agents')
+    .command('list')
+    .description('name, pinned version, where it installs from, the wire API it speaks, whether it is verified')
+    .action(() => console.log(renderAgentList()));
 
   const server = program.command('server').description('manage the local Temporal dev server (the embedded default)');
   server

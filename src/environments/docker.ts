@@ -16,15 +16,18 @@ import type {
   Environment,
   ExecRequest,
   ExecResult,
+  InstallSnapshots,
   StartRequest,
   StartResult,
 } from './environment';
 import type { EnvironmentOwner, HeldEnvironment } from './environment';
 import {
+  LABEL_AGENT,
   LABEL_DEPLOYMENT,
   LABEL_ENV_KEY,
   LABEL_HOST,
   LABEL_JOB,
+  LABEL_SNAPSHOT_OF,
   LABEL_TRIAL,
   LABEL_WORKER,
   TaskEnvironmentError,
@@ -33,6 +36,7 @@ import type { CollectBudget } from './host-files';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
+const SNAPSHOT_REPOSITORY = 'rollout-agent';
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
 /** Lines of build output kept for the error message of a failed build. */
@@ -406,7 +410,40 @@ export class DockerEnvironment implements Environment {
     }));
   }
 
+  readonly snapshots: InstallSnapshots = {
+    find: async (baseImage, key) => {
+      const base = await this.docker.getImage(baseImage).inspect();
+      const tag = snapshotTag(base.Id, key);
+      return (await this.imageLabels(tag)) ? tag : null;
+    },
+    take: async (handle, key, agent) => {
+      const container = await this.docker.getContainer(handle.id).inspect();
+      const [repo, tag] = snapshotTag(container.Image, key).split(':') as [string, string];
+      await this.docker.getContainer(handle.id).commit({
+        repo,
+        tag,
+        changes: [`LABEL ${LABEL_SNAPSHOT_OF}=${container.Image} ${LABEL_AGENT}=${agent}`],
+      });
+      return `${repo}:${tag}`;
+    },
+  };
+
   async removeImage(image: string): Promise<boolean> {
+    const id = await this.docker
+      .getImage(image)
+      .inspect()
+      .then((info) => info.Id)
+      .catch(() => undefined);
+    if (id) {
+      const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${id}`] } });
+      for (const snapshot of snapshots) {
+        if (!(await this.removeOneImage(snapshot.Id))) return false;
+      }
+    }
+    return this.removeOneImage(image);
+  }
+
+  private async removeOneImage(image: string): Promise<boolean> {
     try {
       await this.docker.getImage(image).remove();
       return true;
@@ -417,6 +454,12 @@ export class DockerEnvironment implements Environment {
       throw err;
     }
   }
+}
+
+/** Per base image id and install key: a rebuilt base image never reuses an install made over the old one. */
+function snapshotTag(baseImageId: string, key: string): string {
+  const digest = createHash('sha256').update(`${baseImageId}\n${key}`).digest('hex').slice(0, 24);
+  return `${SNAPSHOT_REPOSITORY}:${digest}`;
 }
 
 export function imageTag(envKey: string): string {

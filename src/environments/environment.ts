@@ -19,6 +19,21 @@ export const LABEL_HOST = 'rollout.host';
 export const LABEL_WORKER = 'rollout.worker';
 export const LABEL_DEPLOYMENT = 'rollout.deployment';
 export const LABEL_ENV_KEY = 'rollout.env-key';
+/** On install snapshots: the id of the image the snapshot was taken over (removed with it). */
+export const LABEL_SNAPSHOT_OF = 'rollout.snapshot-of';
+export const LABEL_AGENT = 'rollout.agent';
+
+/**
+ * Install snapshots: an image of a container taken right after an agent's install, so later trials of the same image
+ * and agent start with it installed. `key` names the install (recipe, version, container env); the base image's
+ * identity is added by the environment.
+ */
+export interface InstallSnapshots {
+  /** The snapshot of `key` over `baseImage` on this host, or null. */
+  find(baseImage: string, key: string): Promise<string | null>;
+  /** Commits the environment as the snapshot of `key` over the image it was started from. */
+  take(handle: EnvironmentHandle, key: string, agent: string): Promise<string>;
+}
 
 /** Who a worker's environments belong to. */
 export interface EnvironmentOwner {
@@ -124,8 +139,10 @@ export interface Environment {
   removeTrial(trialId: string): Promise<number>;
   /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
   heldEnvironments(): Promise<HeldEnvironment[]>;
-  /** Removes an image Rollout built; idempotent, and refuses (returns false) while a container still uses it. */
+  /** Removes an image Rollout built (and its install snapshots); idempotent; false while a container still uses one. */
   removeImage(image: string): Promise<boolean>;
+  /** Absent where environments cannot be snapshotted (local): agents then install in every trial. */
+  readonly snapshots?: InstallSnapshots;
 }
 
 /**

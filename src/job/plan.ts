@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 
+import { catalogueAgent, isOracle } from '../agents/agent';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement } from '../environments';
@@ -11,7 +12,6 @@ import { jobFiles, readJson } from '../results/files';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
-import { ORACLE_AGENT } from './schema';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
 export interface PlannedTrial {
@@ -102,7 +102,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
           });
         }
       }
-      if (!task.hasSolution && job.agents.some((a) => a.name === ORACLE_AGENT)) {
+      if (!task.hasSolution && job.agents.some(isOracle)) {
         warnings.push(`${task.dir}: no solution/solve.sh, so its oracle trials will end in SolutionNotFoundError`);
       }
     }
@@ -137,8 +137,9 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
   if (job.verifier.max_timeout_sec > 0) verifier = Math.min(verifier, job.verifier.max_timeout_sec);
   return {
     build: scale(task.config.environment.build_timeout_sec),
-    start: scale(START_SEC),
-    install: scale(agent.name === ORACLE_AGENT ? ORACLE_INSTALL_SEC : agent.install_timeout_sec),
+    // A catalogue agent's start may wait for another trial on the host to finish installing it (install snapshots).
+    start: scale(START_SEC + (catalogueAgent(agent)?.kind === 'installed' ? agent.install_timeout_sec : 0)),
+    install: scale(isOracle(agent) ? ORACLE_INSTALL_SEC : agent.install_timeout_sec),
     execute: scale(task.config.agent.timeout_sec),
     verify: scale(verifier),
     collect: scale(HOUSEKEEPING_SEC),

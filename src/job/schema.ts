@@ -1,5 +1,6 @@
 import { z } from 'zod';
 
+import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
 import { parseBytes, parseCpus } from '../quantity';
 
@@ -29,6 +30,16 @@ export const AgentSchema = z
   .strictObject({
     name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only'),
     description: z.string().optional(),
+    /** A built-in agent under another name (e.g. two configurations of one agent); default: `name` if built in. */
+    agent: z.string().optional(),
+    model: z.string().min(1).optional(),
+    /** Built-in agents: the version to install instead of the one Rollout pins. */
+    version: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._+-]*$/, 'a package version, e.g. "2.1.330"')
+      .optional(),
+    /** Built-in agents: their own options, validated against the agent's schema. */
+    kwargs: z.record(z.string(), z.unknown()).optional(),
     install: z.string().optional(),
     execute: z.string().optional(),
     env: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String)).default({}),
@@ -36,17 +47,60 @@ export const AgentSchema = z
     install_timeout_sec: z.number().positive().default(900),
   })
   .superRefine((agent, ctx) => {
-    if (agent.name === ORACLE_AGENT) {
-      for (const key of ['install', 'execute'] as const) {
-        if (agent[key] !== undefined)
-          ctx.addIssue({ code: 'custom', path: [key], message: 'the built-in oracle agent takes no script' });
-      }
-    } else if (agent.execute === undefined) {
+    const scripted = agent.install !== undefined || agent.execute !== undefined;
+    const builtinNames = [ORACLE_AGENT, ...BUILTIN_AGENTS.map((a) => a.name)];
+    // The oracle is always the built-in one; another built-in name with scripts is a custom agent of that name.
+    const kind = agent.agent ?? (scripted && agent.name !== ORACLE_AGENT ? undefined : agent.name);
+    if (agent.agent !== undefined && !builtinNames.includes(agent.agent)) {
       ctx.addIssue({
         code: 'custom',
-        path: ['execute'],
-        message: `unknown agent "${agent.name}": built-in agents are [${ORACLE_AGENT}]; a custom agent needs an execute script`,
+        path: ['agent'],
+        message: `unknown agent "${agent.agent}": built-in agents are [${builtinNames.join(', ')}]`,
       });
+      return;
+    }
+    if (kind === ORACLE_AGENT) {
+      for (const key of ['install', 'execute', 'version', 'kwargs'] as const) {
+        if (agent[key] !== undefined)
+          ctx.addIssue({ code: 'custom', path: [key], message: 'the built-in oracle agent takes none' });
+      }
+      return;
+    }
+    const builtin = kind === undefined ? undefined : BUILTIN_AGENTS.find((a) => a.name === kind);
+    if (!builtin) {
+      if (agent.execute === undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['execute'],
+          message: `unknown agent "${agent.name}": built-in agents are [${builtinNames.join(', ')}]; a custom agent needs an execute script`,
+        });
+      }
+      for (const key of ['version', 'kwargs'] as const) {
+        if (agent[key] !== undefined)
+          ctx.addIssue({ code: 'custom', path: [key], message: 'only built-in agents take it (set `agent`)' });
+      }
+      return;
+    }
+    for (const key of ['install', 'execute'] as const) {
+      if (agent[key] !== undefined)
+        ctx.addIssue({ code: 'custom', path: [key], message: `the built-in agent ${builtin.name} takes no script` });
+    }
+    const options = Object.keys(builtin.kwargs.shape);
+    for (const key of Object.keys(agent.kwargs ?? {})) {
+      if (!options.includes(key)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['kwargs', key],
+          message: `unknown option of ${builtin.name}: valid options are [${options.join(', ')}]`,
+        });
+      }
+    }
+    const parsed = builtin.kwargs.safeParse(agent.kwargs ?? {});
+    if (!parsed.success) {
+      for (const issue of parsed.error.issues) {
+        if (issue.code === 'unrecognized_keys') continue; // reported above, with the valid options
+        ctx.addIssue({ code: 'custom', path: ['kwargs', ...issue.path.map(String)], message: issue.message });
+      }
     }
   });
 export type AgentConfig = z.infer<typeof AgentSchema>;

@@ -1,4 +1,13 @@
-import type { CollectReport, StepName, StepTiming, TrialError, TrialSpec, TrialSummary, Rewards } from '../trial/types';
+import type {
+  AgentInfo,
+  CollectReport,
+  StepName,
+  StepTiming,
+  TrialError,
+  TrialSpec,
+  TrialSummary,
+  Rewards,
+} from '../trial/types';
 
 /** `<job>/<trial>/result.json`. Documented in docs/results.md. */
 export interface TrialResult {
@@ -6,6 +15,8 @@ export interface TrialResult {
   task_name: string;
   dataset_name: string;
   agent_name: string;
+  /** The agent that ran (catalogue name, installed version, model); null when the trial ended before its install. */
+  agent: AgentInfo | null;
   attempt: number;
   rewards: Rewards | null;
   error: TrialError | null;

@@ -122,6 +122,13 @@ export interface EnvironmentHandle {
   workdir: string;
 }
 
+/** The agent a trial ran: its catalogue name (or its own for custom agents), the version installed, the model. */
+export interface AgentInfo {
+  name: string;
+  version: string | null;
+  model: string | null;
+}
+
 export interface ExecuteOutcome {
   exitCode: number | null;
   timedOut: boolean;

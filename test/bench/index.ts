@@ -1,8 +1,10 @@
 /** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
+import { agentsBenchmark } from './agents';
 import { scaleBenchmark } from './scale';
 
 const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
   scale: scaleBenchmark,
+  agents: agentsBenchmark,
 };
 
 async function main(): Promise<void> {

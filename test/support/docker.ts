@@ -1,4 +1,6 @@
 /** Checks on the real Docker engine: what Rollout left behind. */
+import { networkInterfaces } from 'node:os';
+
 import Docker from 'dockerode';
 
 import { LABEL_JOB } from '../../src/environments/environment';
@@ -23,4 +25,14 @@ export async function removeJobLeftovers(jobName: string): Promise<void> {
       .remove({ force: true })
       .catch(() => undefined);
   }
+}
+
+/** The host's address as containers on the default bridge network see it (where a test's servers listen). */
+export async function dockerHostAddress(): Promise<string> {
+  const bridge = (await docker.getNetwork('bridge').inspect()) as { IPAM?: { Config?: { Gateway?: string }[] } };
+  const gateway = bridge.IPAM?.Config?.find((config) => config.Gateway)?.Gateway;
+  if (gateway) return gateway;
+  const docker0 = networkInterfaces().docker0?.find((address) => address.family === 'IPv4');
+  if (!docker0) throw new Error('cannot tell the host address containers reach: no bridge gateway and no docker0');
+  return docker0.address;
 }

@@ -106,6 +106,7 @@ export async function writeJobFolder(root: string, job: FixtureJob): Promise<str
       task_name: trial.task,
       dataset_name: trial.dataset ?? 'tasks',
       agent_name: trial.agent,
+      agent: null,
       attempt: trial.attempt,
       rewards: trial.rewards,
       error: trial.error ?? null,
