@@ -93,7 +93,14 @@ describe('task.toml', () => {
     assert.equal(config.environment.docker_image, null);
     assert.equal(config.source, null);
     assert.deepEqual(config.metadata, {});
-    assert.deepEqual(resources, { cpus: 1, memoryBytes: 2e9, storageBytes: 10e9, gpus: 0, pidsLimit: 4096 });
+    // Harbor's defaults and units: "2G" is 2048 MiB.
+    assert.deepEqual(resources, {
+      cpus: 1,
+      memoryBytes: 2 * 2 ** 30,
+      storageBytes: 10 * 2 ** 30,
+      gpus: 0,
+      pidsLimit: 4096,
+    });
   });
 
   it('takes a pids limit from [environment] pids_limit, and refuses one that is not a positive integer', async () => {
@@ -159,8 +166,8 @@ allow_internet = true
     assert.ok(load.task, JSON.stringify(load.problems));
     assert.deepEqual(load.task.resources, {
       cpus: 2,
-      memoryBytes: 4096e6,
-      storageBytes: 10240e6,
+      memoryBytes: 4096 * 2 ** 20, // memory_mb and storage_mb are MiB, as Harbor means them
+      storageBytes: 10240 * 2 ** 20,
       gpus: 0,
       pidsLimit: 4096,
     });
@@ -175,18 +182,18 @@ allow_internet = true
     const load = await loadTask(dir);
     const lines = load.problems.map((p) => `${p.file}: ${p.field}: ${p.message}`);
     const file = path.join(dir, 'task.toml');
-    for (const field of [
-      'environment.cpus',
-      'environment.memory',
-      'environment.flavour',
-      'agent.timeout_sec',
-      'version',
-    ]) {
+    for (const field of ['environment.cpus', 'environment.memory', 'environment.flavour', 'agent.timeout_sec']) {
       assert.ok(
         lines.some((line) => line.startsWith(`${file}: ${field}: `)),
         `${field} in ${lines.join('\n')}`
       );
     }
+  });
+
+  it("reads a task.toml with neither version nor schema_version as Harbor's current schema", async () => {
+    const load = await loadTask(await taskDir('[environment]\nmemory = "512M"\n'));
+    assert.ok(load.task, JSON.stringify(load.problems));
+    assert.equal(load.task.resources.memoryBytes, 512 * 2 ** 20);
   });
 
   it('rejects multi-step tasks clearly', async () => {

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -136,29 +137,26 @@ export class DockerEnvironment implements Environment {
     return { image: tag, built: true };
   }
 
+  /**
+   * BuildKit, through the docker buildx CLI: real task Dockerfiles use `COPY --chmod` and `RUN --mount=type=cache`,
+   * which the engine API's classic builder rejects, and dockerode speaks no BuildKit session.
+   */
   private async buildImage(request: BuildRequest, tag: string): Promise<void> {
     const { signal, timeout } = stepSignal(request);
     const output = new LineTail(BUILD_OUTPUT_LINES, request.onOutput);
-    let failure: string | undefined;
-    try {
-      const stream = await this.docker.buildImage(packed(request.contextDir), {
-        t: tag,
-        labels: {
-          [LABEL_JOB]: request.jobName,
-          [LABEL_ENV_KEY]: request.envKey,
-          [LABEL_HOST]: this.owner.hostId,
-          [LABEL_DEPLOYMENT]: this.owner.deployment,
-        },
-        forcerm: true,
-        abortSignal: signal,
-      });
-      await readJsonLines(stream, (event) => {
-        if (event.stream) output.add(event.stream);
-        if (event.error) failure = event.errorDetail?.message ?? event.error;
-      });
-    } catch (err) {
-      if (!signal.aborted) throw err; // The daemon or the connection failed: an infrastructure error.
-    }
+    const labels = {
+      [LABEL_JOB]: request.jobName,
+      [LABEL_ENV_KEY]: request.envKey,
+      [LABEL_HOST]: this.owner.hostId,
+      [LABEL_DEPLOYMENT]: this.owner.deployment,
+    };
+    const args = ['buildx', 'build', '--load', '--progress=plain', '--tag', tag];
+    for (const [key, value] of Object.entries(labels)) args.push('--label', `${key}=${value}`);
+    const exitCode = await runCommand('docker', [...args, request.contextDir], {
+      signal,
+      env: { DOCKER_HOST: this.dockerHost() },
+      onOutput: (text) => output.add(text),
+    });
     request.signal?.throwIfAborted();
     if (timeout.aborted) {
       throw new TaskEnvironmentError(
@@ -166,7 +164,17 @@ export class DockerEnvironment implements Environment {
         `build exceeded ${request.timeoutMs / 1000} s\n${output.text()}`.trim()
       );
     }
-    if (failure) throw new TaskEnvironmentError('EnvironmentBuildError', `${output.text()}\n${failure}`.trim());
+    if (exitCode === 0) return;
+    if (/'buildx' is not a docker command|unknown command: docker buildx/.test(output.text())) {
+      throw new Error('docker buildx is not installed on this worker (scripts/setup.sh installs it)');
+    }
+    throw new TaskEnvironmentError('EnvironmentBuildError', output.text() || `docker buildx build exited ${exitCode}`);
+  }
+
+  /** The daemon this environment talks to, as the docker CLI names it. */
+  private dockerHost(): string {
+    const address = this.daemonAddress();
+    return address.startsWith('/') ? `unix://${address}` : address.replace(/^https?:/, 'tcp:');
   }
 
   private async pull(image: string, request: BuildRequest): Promise<void> {
@@ -202,14 +210,17 @@ export class DockerEnvironment implements Environment {
 
   async start(request: StartRequest): Promise<StartResult> {
     await this.removeTrial(request.trialId); // a container of an earlier, crashed attempt
-    const workdir = request.workdir ?? (await this.imageWorkdir(request.image));
+    const imageConfig = (await this.docker.getImage(request.image).inspect()).Config;
+    const workdir = request.workdir ?? (imageConfig?.WorkingDir || '/');
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId),
       Image: request.image,
-      // PID 1 only keeps the container alive, so killing every other process (a timeout) leaves it standing. No init:
-      // it would be PID 1 and its child `sleep` would die with the rest.
-      Entrypoint: ['sleep', 'infinity'],
-      Cmd: [],
+      // Without an ENTRYPOINT, PID 1 only keeps the container alive, so killing every other process (a timeout)
+      // leaves it standing; no init, it would be PID 1 and its child `sleep` would die with the rest. With one, it
+      // runs as Harbor runs it (tasks start services there) and only the command that keeps the container up is ours.
+      ...(imageConfig?.Entrypoint?.length
+        ? { Cmd: ['sleep', 'infinity'] }
+        : { Entrypoint: ['sleep', 'infinity'], Cmd: [] }),
       WorkingDir: workdir,
       Env: envList(request.env),
       Labels: {
@@ -231,11 +242,6 @@ export class DockerEnvironment implements Environment {
     const handle = { id: container.id, workdir };
     await this.makeLogFolders(handle);
     return { handle, unenforced };
-  }
-
-  private async imageWorkdir(image: string): Promise<string> {
-    const info = await this.docker.getImage(image).inspect();
-    return info.Config?.WorkingDir || '/';
   }
 
   /** Docker refuses a limit above the host's CPU count; a task asking for more gets all of them. */
@@ -648,4 +654,27 @@ function daemonMessage(err: unknown): string {
 
 function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
+}
+
+/** Runs a CLI to its end: its exit code (-1 when it could not start or was killed), output streamed line-wise. */
+function runCommand(
+  command: string,
+  args: string[],
+  options: { signal: AbortSignal; env: Record<string, string>; onOutput: (text: string) => void }
+): Promise<number> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, {
+      env: { ...process.env, ...options.env },
+      signal: options.signal,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const decoder = new StringDecoder('utf8');
+    const take = (chunk: Buffer) => options.onOutput(decoder.write(chunk));
+    child.stdout.on('data', take);
+    child.stderr.on('data', take);
+    child.once('error', (err) => {
+      if (err.name !== 'AbortError') options.onOutput(err.message);
+    });
+    child.once('close', (code) => resolve(code ?? -1));
+  });
 }

@@ -48,37 +48,31 @@ const EnvironmentSection = z.strictObject({
   ...networkKeys,
 });
 
-export const TaskConfigSchema = z
-  .strictObject({
-    version: z.string().optional(),
-    schema_version: z.string().optional(),
-    source: z.string().nullable().default(null),
-    metadata: z.record(z.string(), z.unknown()).default({}),
-    task: z.looseObject({ name: z.string().optional() }).optional(),
-    verifier: z
-      .strictObject({
-        timeout_sec: timeoutSec.default(600),
-        env: envTable.default({}),
-        user: ignored,
-        environment_mode: ignored,
-        environment: ignored,
-        collect: ignored,
-        ...networkKeys,
-      })
-      .prefault({}),
-    agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user: ignored, ...networkKeys }).prefault({}),
-    environment: EnvironmentSection.prefault({}),
-    solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
-    steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),
-    multi_step_reward_strategy: ignored,
-    artifacts: ignored,
-  })
-  .refine((config) => config.version !== undefined || config.schema_version !== undefined, {
-    message: 'required (the task format version, e.g. version = "1.0")',
-    path: ['version'],
-    // Report a missing version alongside other problems, not only once the rest is valid.
-    when: (payload) => typeof payload.value === 'object' && payload.value !== null,
-  });
+export const TaskConfigSchema = z.strictObject({
+  version: z.string().optional(),
+  /** Neither version nor schema_version: Harbor's current schema, as Harbor reads it. */
+  schema_version: z.string().optional(),
+  source: z.string().nullable().default(null),
+  metadata: z.record(z.string(), z.unknown()).default({}),
+  task: z.looseObject({ name: z.string().optional() }).optional(),
+  verifier: z
+    .strictObject({
+      timeout_sec: timeoutSec.default(600),
+      env: envTable.default({}),
+      user: ignored,
+      environment_mode: ignored,
+      environment: ignored,
+      collect: ignored,
+      ...networkKeys,
+    })
+    .prefault({}),
+  agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user: ignored, ...networkKeys }).prefault({}),
+  environment: EnvironmentSection.prefault({}),
+  solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
+  steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),
+  multi_step_reward_strategy: ignored,
+  artifacts: ignored,
+});
 
 export type TaskConfig = z.infer<typeof TaskConfigSchema>;
 
@@ -91,6 +85,7 @@ export interface TaskResources {
   pidsLimit: number;
 }
 
+const MIB = 2 ** 20;
 const DEFAULT_MEMORY = '2G';
 const DEFAULT_STORAGE = '10G';
 /** Room for agents that run browsers or compilers (each thread counts), far below what exhausts a host. */
@@ -98,13 +93,11 @@ export const DEFAULT_PIDS_LIMIT = 4096;
 
 export function taskResources(environment: TaskConfig['environment']): TaskResources {
   const memoryBytes =
-    environment.memory_mb !== undefined
-      ? environment.memory_mb * 1e6
-      : parseBytes(environment.memory ?? DEFAULT_MEMORY);
+    environment.memory_mb !== undefined ? environment.memory_mb * MIB : taskBytes(environment.memory ?? DEFAULT_MEMORY);
   const storageBytes =
     environment.storage_mb !== undefined
-      ? environment.storage_mb * 1e6
-      : parseBytes(environment.storage ?? DEFAULT_STORAGE);
+      ? environment.storage_mb * MIB
+      : taskBytes(environment.storage ?? DEFAULT_STORAGE);
   return {
     cpus: parseCpus(environment.cpus),
     memoryBytes,
@@ -112,4 +105,15 @@ export function taskResources(environment: TaskConfig['environment']): TaskResou
     gpus: environment.gpus ?? 0,
     pidsLimit: environment.pids_limit ?? DEFAULT_PIDS_LIMIT,
   };
+}
+
+/**
+ * task.toml sizes as Harbor reads them: `memory_mb`/`storage_mb` are MiB and "2G", "512M", "64K" are binary units
+ * (2G = 2048 MiB). Other quantities ("256Mi", "1e9", a bare number of MB) follow the job's quantity syntax.
+ */
+function taskBytes(value: string | number): number {
+  const harbor = typeof value === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*([GMK])\s*$/i.exec(value) : null;
+  if (!harbor) return parseBytes(value);
+  const unit = { G: 2 ** 30, M: 2 ** 20, K: 2 ** 10 }[(harbor[2] as string).toUpperCase() as 'G' | 'M' | 'K'];
+  return Number(harbor[1]) * unit;
 }
