@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import Docker from 'dockerode';
+
 import type { SessionRecord, StepOutcome } from '../src/trial/session-types';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { freePort, ServeProcess } from './support/serve';
@@ -167,5 +169,64 @@ describe('rollout serve: step-by-step sessions', () => {
     await waitFor('the container to be removed', async () => (await sessionContainers(id)).length === 0, 60_000);
     assert.equal((await step(id, 'bash', { command: 'true' })).http, 404);
     assert.equal((await step('no-such-session', 'bash', { command: 'true' })).http, 404);
+  });
+});
+
+describe('rollout serve: the warm pool', () => {
+  const poolName = `pool-${randomBytes(3).toString('hex')}`;
+  let pool: ServeProcess;
+  const parked = async () => (await containersOfJob(poolName)).filter((c) => c.State === 'running');
+
+  before(async () => {
+    const poolDir = await mkdtemp(path.join(tmpdir(), 'rollout-pool-'));
+    await writeTask(path.join(poolDir, 'tasks'));
+    const port = await freePort();
+    await writeFile(
+      path.join(poolDir, 'serve.yaml'),
+      [
+        'dataset: tasks',
+        `name: ${poolName}`,
+        'jobs_dir: jobs',
+        `port: ${port}`,
+        'sessions:',
+        '  warm_pool: { answer: 2 }',
+        '',
+      ].join('\n')
+    );
+    pool = new ServeProcess(`http://127.0.0.1:${port}`, poolDir, TOKEN);
+    await pool.start();
+  });
+  after(async () => {
+    await pool.stop('SIGTERM');
+    await removeJobLeftovers(poolName);
+  });
+
+  it('hands out parked sessions, never a dead one, refills, and removes them at shutdown', async () => {
+    await waitFor('2 parked containers', async () => (await parked()).length === 2, 120_000);
+    // Kill both parked containers: the pool must not hand either out.
+    const docker = new Docker();
+    for (const container of await parked()) await docker.getContainer(container.Id).kill();
+    const first = await pool.json<{ session_id: string }>('/sessions', { body: { task: 'answer' } });
+    assert.equal(first.http, 200);
+    const firstRecord = (await pool.json<SessionRecord>(`/sessions/${first.body.session_id}`)).body;
+    assert.equal(firstRecord.warm, false, 'a dead parked session was handed out');
+    await pool.json(`/sessions/${first.body.session_id}`, { method: 'DELETE' });
+
+    await waitFor('the pool to refill', async () => (await parked()).length >= 2, 120_000);
+    const second = await pool.json<{ session_id: string }>('/sessions', { body: { task: 'answer' } });
+    const record = (await pool.json<SessionRecord>(`/sessions/${second.body.session_id}`)).body;
+    assert.equal(record.warm, true);
+    const echoed = await pool.json<StepOutcome>(`/sessions/${second.body.session_id}/step`, {
+      body: { tool_call: { name: 'bash', arguments: { command: 'echo warm' } } },
+    });
+    assert.equal(echoed.body.observation, 'warm\n');
+
+    await pool.json(`/sessions/${second.body.session_id}`, { method: 'DELETE' });
+    await pool.stop('SIGTERM');
+    assert.deepEqual(
+      (await containersOfJob(poolName)).map((c) => c.Labels),
+      [],
+      'containers left after shutdown'
+    );
   });
 });

@@ -7,5 +7,7 @@ import type { SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-
 export const sessionReadyUpdate = defineUpdate<{ ready_at: string }>('ready');
 /** One tool call, executed in the container; rejected once the session ended. */
 export const sessionStepUpdate = defineUpdate<StepOutcome, [ToolCall]>('step');
+/** Hands a ready warm-pool session to a client, after checking its container is alive. */
+export const sessionClaimUpdate = defineUpdate<{ ready_at: string }, [{ idleTimeoutSec?: number }]>('claim');
 export const endSessionSignal = defineSignal('end');
 export const sessionRecordQuery = defineQuery<SessionRecord>('record');

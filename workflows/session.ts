@@ -20,7 +20,13 @@ import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } f
 import { primaryReward } from '../src/results/job-stats';
 import { providerQueue } from '../src/temporal/queues';
 import type { EnvironmentHandle } from '../src/trial/types';
-import { endSessionSignal, sessionReadyUpdate, sessionRecordQuery, sessionStepUpdate } from './session-messages';
+import {
+  endSessionSignal,
+  sessionClaimUpdate,
+  sessionReadyUpdate,
+  sessionRecordQuery,
+  sessionStepUpdate,
+} from './session-messages';
 
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;
@@ -33,6 +39,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     task_name: spec.taskName,
     workflow_id: spec.trialId,
     status: 'starting',
+    warm: input.pooled ?? false,
     ended_by: null,
     error: null,
     rewards: null,
@@ -45,6 +52,9 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
   let handle: EnvironmentHandle | null = null;
   let endedBy: SessionEnd | null = null;
   let busy = false;
+  // A warm-pool session waits, ready, for a client to claim it; its idle time counts from the claim.
+  let claimed = !input.pooled;
+  let idleTimeoutSec = limits.idleTimeoutSec;
   /** Set when the container is ready, then after every step. */
   let lastActivity: number;
   const end = (reason: SessionEnd) => (endedBy ??= reason);
@@ -108,6 +118,35 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     }
   );
 
+  setHandler(
+    sessionClaimUpdate,
+    async ({ idleTimeoutSec: idle }) => {
+      await condition(() => handle !== null || endedBy !== null);
+      if (!handle || endedBy) throw ApplicationFailure.nonRetryable(`session ended (${endedBy})`, 'SessionEnded');
+      // Liveness before hand-out: a container that died while parked is never given to a client.
+      const alive = await host
+        .runSessionCommand({ spec, handle, command: 'true', timeoutSec: 10, outputLimitBytes: 100 })
+        .then(
+          (ran) => ran.exitCode === 0,
+          () => false
+        );
+      if (!alive) {
+        record.error = 'the parked container was no longer alive';
+        end('failed');
+        throw ApplicationFailure.nonRetryable(record.error, 'SessionEnded');
+      }
+      claimed = true;
+      if (idle !== undefined) idleTimeoutSec = Math.min(idle, idleTimeoutSec);
+      lastActivity = Date.now();
+      return { ready_at: record.ready_at! };
+    },
+    {
+      validator: (_claim: { idleTimeoutSec?: number }) => {
+        if (claimed) throw new Error('session already claimed');
+      },
+    }
+  );
+
   async function runStep(call: ToolCall, environment: EnvironmentHandle, step: number): Promise<StepOutcome> {
     const started = Date.now();
     if (call.name === 'submit') {
@@ -166,10 +205,11 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     lastActivity = Date.now();
     const deadline = Date.now() + limits.maxLifetimeSec * 1000;
     while (!endedBy) {
-      const idleLeft = lastActivity + limits.idleTimeoutSec * 1000 - Date.now();
+      const idleLeft = claimed ? lastActivity + idleTimeoutSec * 1000 - Date.now() : Infinity;
       const lifeLeft = deadline - Date.now();
       if (lifeLeft <= 0) end('max_lifetime');
       else if (idleLeft <= 0 && !busy) end('idle');
+      else if (!claimed) await condition(() => endedBy !== null || claimed, lifeLeft);
       else await condition(() => endedBy !== null || busy, Math.max(1, Math.min(idleLeft, lifeLeft)));
       if (busy) await condition(() => !busy || endedBy !== null);
     }

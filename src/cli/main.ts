@@ -149,7 +149,7 @@ export function buildProgram(): Command {
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--max-trials <n>', 'trials and sessions this process may hold at once (default 8)', positiveInt)
     .action(async (opts: ServeFlags) => {
-      installQuietRuntime();
+      installQuietRuntime('info', { shutdownSignals: [] });
       process.exitCode = await serve(opts);
     });
 

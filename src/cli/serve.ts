@@ -58,14 +58,22 @@ export async function serve(flags: ServeFlags): Promise<number> {
   });
   const jobDir = tasks.values().next().value!.jobDir;
   const rollouts = new RemoteRollouts(rollout.client, tasks, job, jobDir, config.task_from);
-  const sessions = new Sessions(rollout.client, job, config.dataset, await sessionTasks(tasks), {
-    idleTimeoutSec: config.sessions.idle_timeout_sec,
-    maxLifetimeSec: config.sessions.max_lifetime_sec,
-    stepTimeoutSec: config.sessions.step_timeout_sec,
-    outputLimitBytes: config.sessions.output_limit_bytes,
-  });
+  const sessions = new Sessions(
+    rollout.client,
+    job,
+    config.dataset,
+    await sessionTasks(tasks),
+    {
+      idleTimeoutSec: config.sessions.idle_timeout_sec,
+      maxLifetimeSec: config.sessions.max_lifetime_sec,
+      stepTimeoutSec: config.sessions.step_timeout_sec,
+      outputLimitBytes: config.sessions.output_limit_bytes,
+    },
+    config.sessions.warm_pool
+  );
   const app = buildServer({ token, rollouts, routes: sessions.routes() });
   const address = await app.listen({ port: config.port, host: config.host });
+  sessions.startPool();
   console.error(
     `rollout serve: ${address} · dataset ${config.dataset} · agent ${config.agentConfig.name} · results ${jobDir}`
   );
@@ -75,6 +83,7 @@ export async function serve(flags: ServeFlags): Promise<number> {
     process.once('SIGTERM', resolve);
   });
   await app.close();
+  await sessions.closePool();
   await rollout.close();
   return 0;
 }

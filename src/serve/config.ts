@@ -36,8 +36,8 @@ export const ServeConfigSchema = z.strictObject({
         .int()
         .positive()
         .default(64 * 1024),
-      /** Environments kept started ahead of demand per task (0: none). */
-      warm_pool: z.number().int().nonnegative().default(0),
+      /** Sessions kept started ahead of demand, per task name: `{ my-task: 4 }`. */
+      warm_pool: z.record(z.string(), z.number().int().nonnegative()).default({}),
     })
     .prefault({}),
 });

@@ -3,14 +3,21 @@
  * no state: each session is a Session workflow, found again by its id after any restart.
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { Client } from '@temporalio/client';
-import { WithStartWorkflowOperation, WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
+import {
+  ActivityFailure,
+  WithStartWorkflowOperation,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+} from '@temporalio/client';
 import { z } from 'zod';
 
 import type { sessionWorkflow } from '../../workflows';
 import {
   endSessionSignal,
+  sessionClaimUpdate,
   sessionReadyUpdate,
   sessionRecordQuery,
   sessionStepUpdate,
@@ -22,8 +29,12 @@ import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
 import type { SessionLimits, SessionRecord, ToolCall } from '../trial/session-types';
 import type { TrialSpec } from '../trial/types';
 import type { Route } from './server';
+import { WarmPool } from './warm-pool';
+import { InputError } from '../errors';
 
 const ErrorSchema = z.object({ error: z.string() });
+/** How long shutdown waits for a parked session to remove its container. */
+const POOL_END_WAIT_MS = 30_000;
 const CreateSchema = z.strictObject({
   task: z.string().min(1),
   dataset: z.string().optional(),
@@ -56,8 +67,45 @@ export class Sessions {
     private readonly jobName: string,
     private readonly datasetDir: string,
     private readonly tasks: Map<string, SessionTask>,
-    private readonly limits: SessionLimits
-  ) {}
+    private readonly limits: SessionLimits,
+    warmPool: Record<string, number> = {}
+  ) {
+    for (const task of Object.keys(warmPool)) {
+      if (!tasks.has(task))
+        throw new InputError([
+          { file: 'rollout serve', field: `sessions.warm_pool.${task}`, message: 'no such task in the dataset' },
+        ]);
+    }
+    this.pool = new WarmPool(
+      warmPool,
+      {
+        start: async (task) => {
+          const sessionId = randomUUID();
+          const operation = this.startOperation(task, sessionId, { pooled: true });
+          await this.client.workflow.start(operation.workflowTypeOrFunc, operation.options);
+          return sessionId;
+        },
+        claim: (sessionId, idleTimeoutSec) =>
+          this.handle(sessionId)
+            .executeUpdate(sessionClaimUpdate, { args: [{ ...(idleTimeoutSec ? { idleTimeoutSec } : {}) }] })
+            .then(
+              () => true,
+              (err: unknown) => {
+                if (err instanceof WorkflowUpdateFailedError || err instanceof WorkflowNotFoundError) return false;
+                throw err;
+              }
+            ),
+        end: async (sessionId) => {
+          const handle = this.handle(sessionId);
+          await handle.signal(endSessionSignal);
+          await Promise.race([handle.result(), sleep(POOL_END_WAIT_MS)]);
+        },
+      },
+      (message) => console.error(`warning: ${message}`)
+    );
+  }
+
+  private readonly pool: WarmPool;
 
   tools() {
     return [
@@ -106,32 +154,19 @@ export class Sessions {
               error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
             });
           }
-          const sessionId = randomUUID();
-          const spec = namedTrial(planned.spec, `session__${sessionId}`);
-          const start = new WithStartWorkflowOperation<typeof sessionWorkflow>('sessionWorkflow', {
-            workflowId: spec.trialId,
-            taskQueue: JOB_TASK_QUEUE,
-            args: [
-              {
-                sessionId,
-                spec,
-                limits: { ...this.limits, idleTimeoutSec: Math.min(idle ?? Infinity, this.limits.idleTimeoutSec) },
-              },
-            ],
-            workflowIdConflictPolicy: 'FAIL',
-            staticSummary: `session ${sessionId} · ${task}`,
-            typedSearchAttributes: [
-              { key: RolloutJob, value: spec.jobName },
-              { key: RolloutTask, value: task },
-            ],
-          });
-          try {
-            await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, { startWorkflowOperation: start });
-          } catch (err) {
-            if (err instanceof WorkflowUpdateFailedError) {
-              return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+          let sessionId = await this.pool.take(task, idle);
+          if (!sessionId) {
+            sessionId = randomUUID();
+            try {
+              await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
+                startWorkflowOperation: this.startOperation(task, sessionId, { idleTimeoutSec: idle }),
+              });
+            } catch (err) {
+              if (err instanceof WorkflowUpdateFailedError) {
+                return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+              }
+              throw err;
             }
-            throw err;
           }
           return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
         },
@@ -159,6 +194,8 @@ export class Sessions {
             if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
             if (err instanceof WorkflowUpdateFailedError) {
               const message = causeMessage(err);
+              // The step's activity failed (Docker unreachable, host lost): the server's side, not the request's.
+              if (err.cause instanceof ActivityFailure) return reply.code(502).send({ error: message });
               return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
             }
             throw err;
@@ -200,6 +237,31 @@ export class Sessions {
     ];
   }
 
+  /** Starts parked sessions for the configured warm pool. */
+  startPool(): void {
+    this.pool.fill();
+  }
+
+  closePool(): Promise<void> {
+    return this.pool.close();
+  }
+
+  private startOperation(task: string, sessionId: string, options: { idleTimeoutSec?: number; pooled?: boolean }) {
+    const spec = namedTrial(this.tasks.get(task)!.spec, `session__${sessionId}`);
+    const idleTimeoutSec = Math.min(options.idleTimeoutSec ?? Infinity, this.limits.idleTimeoutSec);
+    return new WithStartWorkflowOperation<typeof sessionWorkflow>('sessionWorkflow', {
+      workflowId: spec.trialId,
+      taskQueue: JOB_TASK_QUEUE,
+      args: [{ sessionId, spec, limits: { ...this.limits, idleTimeoutSec }, pooled: options.pooled ?? false }],
+      workflowIdConflictPolicy: 'FAIL',
+      staticSummary: `session ${sessionId} · ${task}${options.pooled ? ' (warm pool)' : ''}`,
+      typedSearchAttributes: [
+        { key: RolloutJob, value: spec.jobName },
+        { key: RolloutTask, value: task },
+      ],
+    });
+  }
+
   private handle(sessionId: string) {
     return this.client.workflow.getHandle<typeof sessionWorkflow>(boundedId(`${this.jobName}/session__${sessionId}`));
   }
@@ -222,6 +284,9 @@ function parseArguments(text: string): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-function causeMessage(err: WorkflowUpdateFailedError): string {
-  return err.cause?.message ?? err.message;
+/** The innermost cause's message: Temporal wraps a failure once per layer it crossed. */
+function causeMessage(err: Error): string {
+  let inner = err;
+  while (inner.cause instanceof Error) inner = inner.cause;
+  return inner.message;
 }

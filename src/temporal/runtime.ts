@@ -8,9 +8,13 @@ import { logEnabled, setLogLevel } from '../log';
 /**
  * Rollout's messages and its workflows' `log` at `level` (the job's log_level); Temporal's own (SDK and core) at
  * ROLLOUT_TEMPORAL_LOG_LEVEL (default ERROR, or DEBUG with log_level debug), so Rollout's output stays readable. A
- * process that installed its own runtime first (a library user) keeps it.
+ * process that installed its own runtime first (a library user) keeps it. `shutdownSignals: []` leaves signals to the
+ * caller (`rollout serve` ends its warm pool before its workers stop).
  */
-export function installQuietRuntime(level: LogLevel = 'info'): void {
+export function installQuietRuntime(
+  level: LogLevel = 'info',
+  options: { shutdownSignals?: NodeJS.Signals[] } = {}
+): void {
   setLogLevel(level);
   const temporal =
     (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL as TemporalLogLevel | undefined) ?? (level === 'debug' ? 'DEBUG' : 'ERROR');
@@ -23,6 +27,7 @@ export function installQuietRuntime(level: LogLevel = 'info'): void {
   });
   try {
     Runtime.install({
+      ...options,
       logger,
       telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: temporal }) } },
     });

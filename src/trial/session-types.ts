@@ -13,6 +13,8 @@ export interface SessionInput {
   /** The planned trial of the session's task, named `session__<id>`: its container, folder and slot. */
   spec: TrialSpec;
   limits: SessionLimits;
+  /** Started ahead of demand (warm pool): ready and parked until a client claims it. */
+  pooled?: boolean;
 }
 
 export interface ToolCall {
@@ -49,6 +51,8 @@ export interface SessionRecord {
   task_name: string;
   workflow_id: string;
   status: 'starting' | 'ready' | 'ended';
+  /** Started by the warm pool ahead of demand. */
+  warm: boolean;
   ended_by: SessionEnd | null;
   error: string | null;
   rewards: Rewards | null;

@@ -1,10 +1,12 @@
 /** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
 import { agentsBenchmark } from './agents';
 import { scaleBenchmark } from './scale';
+import { sessionsBenchmark } from './sessions';
 
 const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
   scale: scaleBenchmark,
   agents: agentsBenchmark,
+  sessions: () => sessionsBenchmark(),
 };
 
 async function main(): Promise<void> {
