@@ -208,8 +208,11 @@ describe('rollout serve: the warm pool', () => {
     for (const container of await parked()) await docker.getContainer(container.Id).kill();
     const first = await pool.json<{ session_id: string }>('/sessions', { body: { task: 'answer' } });
     assert.equal(first.http, 200);
-    const firstRecord = (await pool.json<SessionRecord>(`/sessions/${first.body.session_id}`)).body;
-    assert.equal(firstRecord.warm, false, 'a dead parked session was handed out');
+    // Whatever it got (a refill parked meanwhile, or a cold start), it is alive.
+    const alive = await pool.json<StepOutcome>(`/sessions/${first.body.session_id}/step`, {
+      body: { tool_call: { name: 'bash', arguments: { command: 'echo alive' } } },
+    });
+    assert.equal(alive.body.observation, 'alive\n');
     await pool.json(`/sessions/${first.body.session_id}`, { method: 'DELETE' });
 
     await waitFor('the pool to refill', async () => (await parked()).length >= 2, 120_000);
