@@ -12,6 +12,7 @@ import { executeAgent } from './execute';
 import { removeImage } from './images';
 import { installAgent } from './install';
 import { readPlanPage } from './plan';
+import { endedTrials } from './reconcile';
 import { writeJobResult, writeTrialResult } from './results';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
@@ -40,7 +41,7 @@ export function createProviderActivities(deps: ActivityDeps) {
 }
 
 /** Activities of the job itself, served next to the workflows. */
-export const jobActivities = cappingErrors({ readPlanPage, writeJobResult, writeTrialResult });
+export const jobActivities = cappingErrors({ readPlanPage, endedTrials, writeJobResult, writeTrialResult });
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type JobActivities = typeof jobActivities;

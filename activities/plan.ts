@@ -26,7 +26,7 @@ export async function readPlanPage(input: PlanPageInput): Promise<PlanPageEntry[
     trials.map(async (trial) => {
       const result = await readJson<TrialResult>(jobFiles.trialResult(input.jobDir, trial.spec.trialName));
       const rerun = !result || (result.error !== null && input.rerunErrorTypes.includes(result.error.type));
-      return { trial, finished: rerun ? null : summaryFromResult(trial.spec, result, null, null) };
+      return { trial, finished: rerun ? null : summaryFromResult(trial.spec, result, []) };
     })
   );
 }

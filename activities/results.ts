@@ -1,5 +1,6 @@
 import type { JobResult } from '../src/results/job-result';
-import { jobFiles, writeJsonAtomic } from '../src/results/files';
+import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
+import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
 import type { TrialSpec } from '../src/trial/types';
 
@@ -8,8 +9,19 @@ export interface WriteTrialResultInput {
   result: TrialResult;
 }
 
-/** `<job>/<trial>/result.json`, written atomically by the worker that ran the trial, as the trial finishes. */
+/**
+ * `<job>/<trial>/result.json`, written atomically by the worker that ran the trial, as the trial finishes; failed
+ * clean-up steps also go to trial.log.
+ */
 export async function writeTrialResult({ spec, result }: WriteTrialResultInput): Promise<void> {
+  for (const error of result.cleanup_errors ?? []) {
+    await appendTrialLog(
+      spec.jobDir,
+      spec.trialName,
+      error.step,
+      `failed on ${error.host ?? 'no host'}: ${error.type}: ${error.message}`
+    );
+  }
   await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), result);
 }
 
@@ -18,7 +30,15 @@ export interface WriteJobResultInput {
   result: JobResult;
 }
 
-/** `<job>/result.json`, rewritten atomically as trials finish. */
+/**
+ * `<job>/result.json`, rewritten atomically as trials finish. An attempt that timed out may still run after a newer
+ * result was written: it must not put its older one back. Results are ordered by `updated_at` (workflow time, which
+ * only moves forward, across continue-as-new and later runs of the job too).
+ */
 export async function writeJobResult({ jobDir, result }: WriteJobResultInput): Promise<void> {
-  await writeJsonAtomic(jobFiles.result(jobDir), result);
+  const file = jobFiles.result(jobDir);
+  await writeJsonAtomic(file, result, async () => {
+    const current = await readJson<JobResult>(file);
+    return !current || current.updated_at <= result.updated_at;
+  });
 }

@@ -23,9 +23,15 @@ const stopServer = () =>
   spawnSync(process.execPath, [path.join(testDir, 'support', 'stop-server.js')], { cwd: root, stdio: 'inherit' });
 stopServer();
 rmSync(path.join(root, '.rollout-test'), { recursive: true, force: true });
-const run = spawnSync(process.execPath, ['--test', '--test-concurrency=1', '--test-reporter=spec', ...files], {
-  cwd: root,
-  stdio: 'inherit',
-});
+// Every test is bounded: one that hangs fails with "test timed out" instead of holding CI up.
+const TEST_TIMEOUT_MS = 20 * 60_000;
+const run = spawnSync(
+  process.execPath,
+  ['--test', '--test-concurrency=1', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-reporter=spec', ...files],
+  {
+    cwd: root,
+    stdio: 'inherit',
+  }
+);
 stopServer();
 process.exit(run.status ?? 1);

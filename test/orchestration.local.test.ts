@@ -16,7 +16,7 @@ import type { TrialResult } from '../src/results/trial-result';
 import { localWorkers, runHistoryLengths, submitJob, writeLocalJob } from './support/local-job';
 import { REPO_ROOT, testTemporal } from './support/temporal';
 import { startCli } from './support/cli';
-import { waitFor } from './support/wait';
+import { waitFor, within } from './support/wait';
 import { trialStateQuery } from '../workflows/messages';
 
 let client: Client;
@@ -158,5 +158,33 @@ describe('orchestration on the local environment', () => {
     await stopWorkers();
     const runs = await client.workflow.count(`WorkflowId = "${first.plan.jobWorkflowId}"`);
     assert.equal(runs.count, 1);
+  });
+
+  it('finishes a job whose trial never reports back (terminated), counting it as an error', async () => {
+    const name = `silent-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({
+      name,
+      attempts: 2,
+      concurrency: 2,
+      execute: 'sleep 4 && echo ok > answer.txt',
+    });
+    await startWorkers(`silent-${name}`, 2);
+    const { handle, plan } = await submitJob(client, jobFile, { reconcileIntervalSec: 2 });
+    const victim = plan.trials[0]!.spec;
+    await waitFor('the first trial to execute', async () => {
+      const state = await client.workflow
+        .getHandle(victim.trialId)
+        .query(trialStateQuery)
+        .catch(() => undefined);
+      return state?.step === 'execute';
+    });
+    await client.workflow.getHandle(victim.trialId).terminate('terminated from the UI');
+    const final = await within(60_000, 'the job to finish', handle.result());
+    await stopWorkers();
+
+    assert.equal(final.status, 'completed');
+    assert.equal(final.finished, 2);
+    assert.equal(final.completed, 1);
+    assert.deepEqual(final.errorsByType, { InfrastructureError: 1 });
   });
 });

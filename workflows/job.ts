@@ -12,9 +12,11 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   isCancellation,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
+  sleep,
   startChild,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -54,6 +56,8 @@ export interface JobInput {
   pageSize?: number;
   /** Continue-as-new once history passes this many events (Temporal's hard limit is 51,200). */
   maxHistoryEvents?: number;
+  /** How often the job checks on running trials that did not report back (default 2 minutes). */
+  reconcileIntervalSec?: number;
   /** State carried across continue-as-new. */
   carried?: JobCarry;
 }
@@ -72,18 +76,26 @@ interface JobCarry {
   stats: JobStats;
   scoredRewardSum: number;
   scoredRewardCount: number;
-  running: Record<string, RunningTrialInfo & { envKey: string }>;
+  running: Record<string, RunningTrial>;
   envs: Record<string, EnvUsage>;
   /** Signals from trials this run did not start (an earlier run did): counted when the plan reaches them. */
   late: Record<string, TrialSummary>;
   continuedAsNew: number;
 }
 
+/** What the job keeps of a running trial: enough to count it should it end without reporting back. */
+type RunningTrial = RunningTrialInfo &
+  Pick<TrialSummary, 'envKey'> &
+  Partial<Pick<TrialSummary, 'taskName' | 'datasetName' | 'agentName' | 'attempt'>>;
+
 const DEFAULT_PAGE_SIZE = 100;
+const DEFAULT_RECONCILE_INTERVAL_SEC = 120;
+/** Jobs started before the job checked on its trials replay without the check's timers. */
+const RECONCILE_PATCH = 'reconcile-running-trials';
 const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
 const CANCEL_DRAIN_TIMEOUT = '10 minutes';
 
-const { readPlanPage, writeJobResult } = proxyActivities<JobActivities>({
+const { readPlanPage, writeJobResult, endedTrials } = proxyActivities<JobActivities>({
   startToCloseTimeout: '2 minutes',
   retry: { maximumAttempts: 5 },
 });
@@ -148,8 +160,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     dirty = true;
   };
 
-  setHandler(jobProgressQuery, progress);
-  setHandler(trialFinishedSignal, (summary) => {
+  /** A trial ended: by its signal or, when none came, found by reconcile(). */
+  const trialEnded = (summary: TrialSummary) => {
     const running = state.running[summary.trialId];
     if (!running) {
       state.late[summary.trialId] = summary;
@@ -160,9 +172,54 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     const env = state.envs[running.envKey];
     if (env) {
       env.running -= 1;
-      if (summary.builtImage && summary.hostQueue) env.images[summary.hostQueue] = summary.builtImage;
+      // Summaries of older trials name one image; newer ones every image of every host the trial ran on.
+      const images =
+        summary.builtImages ??
+        (summary.builtImage && summary.hostQueue ? [{ hostQueue: summary.hostQueue, image: summary.builtImage }] : []);
+      for (const { hostQueue, image } of images) env.images[hostQueue] = image;
     }
-  });
+  };
+  setHandler(jobProgressQuery, progress);
+  setHandler(trialFinishedSignal, trialEnded);
+
+  /**
+   * A trial terminated (from the UI), timed out or failed writing its result never signals: ask the server about
+   * running trials now and then, and count those that ended (as errors unless they returned a summary).
+   */
+  const reconcile = async () => {
+    const trials = Object.values(state.running);
+    if (trials.length === 0) return;
+    for (const ended of await endedTrials({ trialIds: trials.map((trial) => trial.trialId) })) {
+      const running = state.running[ended.trialId];
+      if (!running) continue; // its signal came in the meantime
+      trialEnded(
+        ended.summary ?? {
+          trialId: running.trialId,
+          trialName: running.trialName,
+          taskName: running.taskName ?? running.trialName,
+          datasetName: running.datasetName ?? '',
+          agentName: running.agentName ?? '',
+          attempt: running.attempt ?? 1,
+          rewards: null,
+          error: {
+            type: INFRASTRUCTURE_ERROR,
+            message: `the trial workflow ended (${ended.status.toLowerCase()}) without reporting a result`,
+            step: 'trial',
+          },
+          hostQueue: null,
+          builtImage: null,
+          envKey: running.envKey,
+        }
+      );
+    }
+  };
+
+  /** Waits until `ready` holds, checking on running trials every reconcile interval meanwhile. */
+  const waitForTrials = async (ready: () => boolean) => {
+    if (!patched(RECONCILE_PATCH)) return void (await condition(ready));
+    const interval = (input.reconcileIntervalSec ?? DEFAULT_RECONCILE_INTERVAL_SEC) * 1000;
+    while (!(await condition(ready, interval))) await reconcile();
+  };
 
   const writeResult = async () => {
     dirty = false;
@@ -186,7 +243,15 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     }
     if (!isCancellation(err)) throw err;
     status = 'cancelled';
-    await CancellationScope.nonCancellable(() => cancelRunningTrials(state));
+    await CancellationScope.nonCancellable(async () => {
+      await cancelRunningTrials(state);
+      const drained = () => Object.keys(state.running).length === 0;
+      if (!patched(RECONCILE_PATCH)) return void (await condition(drained, CANCEL_DRAIN_TIMEOUT));
+      await Promise.race([waitForTrials(drained), sleep(CANCEL_DRAIN_TIMEOUT)]);
+      // No more trials will run: every image the job built (and no trial still holds) goes, as after a full run.
+      for (const env of Object.values(state.envs)) env.dispatched = true;
+      await releaseImages(input, state);
+    });
   }
   await CancellationScope.nonCancellable(writeResult);
   return progress();
@@ -223,7 +288,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
           count(finished);
         } else {
           while (runningCount() >= input.concurrency) {
-            await condition(() => runningCount() < input.concurrency || dirty);
+            await waitForTrials(() => runningCount() < input.concurrency || dirty);
             await checkpoint();
           }
           await startTrial(spec);
@@ -233,6 +298,10 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
             trialName: spec.trialName,
             startedAt: new Date().toISOString(),
             envKey: spec.envKey,
+            taskName: spec.taskName,
+            datasetName: spec.datasetName,
+            agentName: spec.agentName,
+            attempt: spec.attempt,
           };
         }
         if (entry.trial.envLast) env.dispatched = true;
@@ -242,7 +311,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     }
     // The tail: keep results fresh and images released while the last trials finish.
     while (runningCount() > 0) {
-      await condition(() => dirty);
+      await waitForTrials(() => dirty);
       await checkpoint();
     }
     await checkpoint();
@@ -296,7 +365,7 @@ async function releaseImages(input: JobInput, state: JobCarry): Promise<void> {
   }
 }
 
-/** On cancel: ask every running trial to cancel (their cleanup runs), then wait for them to report back. */
+/** On cancel: ask every running trial to cancel (their cleanup runs); the caller waits for them to report back. */
 async function cancelRunningTrials(state: JobCarry): Promise<void> {
   await Promise.all(
     Object.keys(state.running).map((trialId) =>
@@ -305,5 +374,4 @@ async function cancelRunningTrials(state: JobCarry): Promise<void> {
         .catch(() => undefined)
     )
   );
-  await condition(() => Object.keys(state.running).length === 0, CANCEL_DRAIN_TIMEOUT);
 }

@@ -26,6 +26,8 @@ import { RolloutReward, RolloutStatus } from '../src/temporal/search-attributes'
 import type {
   AgentInfo,
   CollectReport,
+  BuiltImage,
+  CleanupError,
   EnvironmentHandle,
   ExecuteOutcome,
   Rewards,
@@ -52,10 +54,15 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   const steps: Partial<Record<StepName, StepTiming>> = {};
   const startedAt = new Date().toISOString();
   let outcome: Outcome = emptyOutcome();
+  // Across restarts: every host's image must be released, and every failed clean-up reported.
+  const builtImages: BuiltImage[] = [];
+  const cleanupErrors: CleanupError[] = [];
 
   try {
     for (;;) {
-      outcome = await runOnce(spec, state, steps);
+      outcome = await runOnce(spec, state, steps, cleanupErrors);
+      if (outcome.builtImage && state.hostQueue)
+        builtImages.push({ hostQueue: state.hostQueue, image: outcome.builtImage });
       if (!outcome.restart) break;
       if (state.restarts >= MAX_RESTARTS) {
         outcome.error = {
@@ -94,8 +101,9 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     unenforced_limits: outcome.unenforced,
     restarts: state.restarts,
     collected: outcome.collected,
+    cleanup_errors: cleanupErrors,
   };
-  const summary = summaryFromResult(spec, result, outcome.builtImage ? state.hostQueue : null, outcome.builtImage);
+  const summary = summaryFromResult(spec, result, builtImages);
   state.status = trialStatus(summary);
   const rewards = result.rewards ? JSON.stringify(result.rewards) : 'none';
   log.info(
@@ -149,7 +157,8 @@ function emptyOutcome(): Outcome {
 async function runOnce(
   spec: TrialSpec,
   state: TrialState,
-  steps: Partial<Record<StepName, StepTiming>>
+  steps: Partial<Record<StepName, StepTiming>>,
+  cleanupErrors: CleanupError[]
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
   const { claimHost } = proxyActivities<ProviderActivities>({
@@ -205,7 +214,14 @@ async function runOnce(
         outcome.error ??= error;
       }
     }
-    outcome.collected = await step('collect', () => host.collectLogs({ spec, handle: environment }));
+    // The agent ran and was graded: logs that cannot be collected are reported, never a reason to run it again.
+    await step('collect', () => host.collectLogs({ spec, handle: environment })).then(
+      (report) => (outcome.collected = report),
+      (err: unknown) => {
+        if (isCancellation(err)) throw err;
+        cleanupErrors.push({ ...classify(err, 'collect'), host: hostQueue });
+      }
+    );
     collected = true;
   } catch (err) {
     if (isCancellation(err)) throw err;
@@ -214,13 +230,20 @@ async function runOnce(
     else outcome.error ??= error;
   } finally {
     await CancellationScope.nonCancellable(() =>
-      releaseEnvironment(spec, host, handle, collected, steps, state, (report) => (outcome.collected = report))
+      releaseEnvironment(spec, host, handle, collected, steps, state, {
+        onCollected: (report) => (outcome.collected = report),
+        cleanupErrors,
+      })
     );
   }
   return outcome;
 }
 
-/** Collect (if not done yet), stop and clean up. Best effort: a host that is gone cannot be cleaned from here. */
+/**
+ * Collect (if not done yet), stop and clean up. A failure does not stop the rest, and is recorded in the result
+ * (`cleanup_errors`) and trial.log: logs may be missing, or a container left for the host's janitor (a host that is
+ * gone cannot be cleaned from here).
+ */
 async function releaseEnvironment(
   spec: TrialSpec,
   host: ReturnType<typeof hostActivities>,
@@ -228,13 +251,17 @@ async function releaseEnvironment(
   collected: boolean,
   steps: Partial<Record<StepName, StepTiming>>,
   state: TrialState,
-  onCollected: (report: CollectReport) => void
+  { onCollected, cleanupErrors }: { onCollected: (report: CollectReport) => void; cleanupErrors: CleanupError[] }
 ): Promise<void> {
   const attempt = async (name: StepName, run: () => Promise<void>) => {
     state.step = name;
     const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
     steps[name] = timing;
-    await run().catch(() => undefined);
+    try {
+      await run();
+    } catch (err) {
+      cleanupErrors.push({ ...classify(err, name), host: state.hostQueue });
+    }
     timing.finished_at = new Date().toISOString();
   };
   if (handle && !collected) {

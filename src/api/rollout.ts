@@ -16,7 +16,7 @@ import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { parseJobConfig } from '../job/load';
 import { readPlanPage } from '../job/plan-file';
-import { boundedId, jobWorkflowId, planJob, sanitize } from '../job/plan';
+import { boundedId, jobWorkflowId, planJob, sanitize, uniqueTrialName } from '../job/plan';
 import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from '../job/submit';
@@ -168,7 +168,7 @@ export class Rollout {
 
 /** A planned trial renamed `trialName`: its own folder and workflow id (the same name is the same trial). */
 export function namedTrial(spec: TrialSpec, trialName: string): TrialSpec {
-  const name = sanitize(trialName);
+  const name = uniqueTrialName(trialName);
   return { ...spec, trialName: name, trialId: boundedId(`${spec.jobName}/${name}`), attempt: 1 };
 }
 

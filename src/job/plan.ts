@@ -67,7 +67,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
       const prefix = (taskCounts.get(task.name) ?? 0) > 1 ? `${dataset.name}__` : '';
       for (let attempt = 1; attempt <= job.n_attempts; attempt++) {
         for (const agent of job.agents) {
-          const trialName = sanitize(`${prefix}${task.name}__${agent.name}__${attempt}`);
+          const trialName = uniqueTrialName(`${prefix}${task.name}__${agent.name}__${attempt}`);
           trials.push({
             jobName: job.name,
             jobDir,
@@ -150,6 +150,18 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
 
 export function sanitize(name: string): string {
   return name.replace(/[^A-Za-z0-9._-]/g, '_');
+}
+
+/**
+ * A trial's folder name: its name with unsafe characters replaced, and then a hash of the original so that two names
+ * differing only there (`t 2`, `t_2`) never share a folder. A name the replacement left alone is unique already (task
+ * folder names within a dataset, datasets prefixed when they share a task name) and holds no `~`, unlike every
+ * replaced one.
+ */
+export function uniqueTrialName(name: string): string {
+  const safe = sanitize(name);
+  if (safe === name) return name;
+  return `${safe}~${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }
 
 /** Keeps workflow ids under the server's length limit; long ones end in a hash so they stay unique. */

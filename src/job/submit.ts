@@ -56,7 +56,7 @@ export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<v
 export function jobInput(
   job: ResolvedJob,
   plan: JobPlan,
-  options: { rerunErrorTypes?: string[]; maxHistoryEvents?: number } = {}
+  options: { rerunErrorTypes?: string[]; maxHistoryEvents?: number; reconcileIntervalSec?: number } = {}
 ): JobInput {
   return {
     jobName: job.name,
@@ -68,6 +68,7 @@ export function jobInput(
     deleteImages: job.environment.delete,
     rerunErrorTypes: [CANCELLED_ERROR, ...(options.rerunErrorTypes ?? [])],
     ...(options.maxHistoryEvents ? { maxHistoryEvents: options.maxHistoryEvents } : {}),
+    ...(options.reconcileIntervalSec ? { reconcileIntervalSec: options.reconcileIntervalSec } : {}),
   };
 }
 

@@ -1,25 +1,48 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
-/** Writes a file so readers see the old or the new content, never a torn one (write to a sibling, then rename). */
-export async function writeFileAtomic(file: string, content: string): Promise<void> {
+/**
+ * Writes a file so readers see the old or the new content, never a torn one (write to a sibling, then rename).
+ * `stillWanted`, checked just before the rename, can call the write off (the file moved on meanwhile).
+ */
+export async function writeFileAtomic(
+  file: string,
+  content: string,
+  stillWanted: () => Promise<boolean> = () => Promise.resolve(true)
+): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true });
   const temporary = `${file}.${randomBytes(4).toString('hex')}.tmp`;
   await writeFile(temporary, content);
-  await rename(temporary, file);
+  if (await stillWanted()) await rename(temporary, file);
+  else await rm(temporary);
 }
 
-export async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
-  await writeFileAtomic(file, `${JSON.stringify(value, null, 2)}\n`);
+export async function writeJsonAtomic(
+  file: string,
+  value: unknown,
+  stillWanted?: () => Promise<boolean>
+): Promise<void> {
+  await writeFileAtomic(file, `${JSON.stringify(value, null, 2)}\n`, stillWanted);
 }
 
-/** Reads a JSON file; undefined when it is missing or unparsable (a crash mid-write cannot leave one, see above). */
+/**
+ * Reads a JSON file; undefined only when it is missing. Any other failure (a transient NFS error, a file that is not
+ * JSON, which an atomic write never leaves) throws, naming the file: taking such a file for missing would make a
+ * finished trial look unrun, and its folder be replaced.
+ */
 export async function readJson<T>(file: string): Promise<T | undefined> {
+  let text: string;
   try {
-    return JSON.parse(await readFile(file, 'utf8')) as T;
-  } catch {
-    return undefined;
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new Error(`${file}: cannot be read: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    return JSON.parse(text) as T;
+  } catch (err) {
+    throw new Error(`${file}: not valid JSON: ${(err as Error).message}`, { cause: err });
   }
 }
 

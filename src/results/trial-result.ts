@@ -1,5 +1,7 @@
 import type {
   AgentInfo,
+  BuiltImage,
+  CleanupError,
   CollectReport,
   StepName,
   StepTiming,
@@ -35,14 +37,12 @@ export interface TrialResult {
   restarts: number;
   /** What collect copied from /logs/agent and /logs/verifier, and what it cut at the job's collect limits. */
   collected: CollectReport | null;
+  /** Collect, stop or cleanup steps that failed (absent in results of older versions). */
+  cleanup_errors?: CleanupError[];
 }
 
-export function summaryFromResult(
-  spec: TrialSpec,
-  result: TrialResult,
-  hostQueue: string | null,
-  builtImage: string | null
-): TrialSummary {
+export function summaryFromResult(spec: TrialSpec, result: TrialResult, builtImages: BuiltImage[]): TrialSummary {
+  const last = builtImages.at(-1);
   return {
     trialId: spec.trialId,
     trialName: spec.trialName,
@@ -52,8 +52,9 @@ export function summaryFromResult(
     attempt: spec.attempt,
     rewards: result.rewards,
     error: result.error,
-    hostQueue,
-    builtImage,
+    hostQueue: last?.hostQueue ?? null,
+    builtImage: last?.image ?? null,
+    builtImages,
     envKey: spec.envKey,
   };
 }

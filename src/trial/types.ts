@@ -113,7 +113,19 @@ export interface TrialSummary {
   /** Host task queue whose Docker holds the image, and the image if Rollout built it (null: pre-built or none). */
   hostQueue: string | null;
   builtImage: string | null;
+  /** Every image the trial built, on each host it ran on (a restarted trial may have built on several). */
+  builtImages?: BuiltImage[];
   envKey: string;
+}
+
+export interface BuiltImage {
+  hostQueue: string;
+  image: string;
+}
+
+/** A collect, stop or cleanup step that failed: logs may be missing, or an environment left behind. */
+export interface CleanupError extends TrialError {
+  host: string | null;
 }
 
 /** A handle to a started environment: all later steps address it by this. */

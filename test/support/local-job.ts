@@ -79,7 +79,7 @@ export async function localWorkers(options: {
 export async function submitJob(
   client: Client,
   jobFile: string,
-  options: { maxHistoryEvents?: number; hostLostTimeoutSec?: number } = {}
+  options: { maxHistoryEvents?: number; hostLostTimeoutSec?: number; reconcileIntervalSec?: number } = {}
 ) {
   const job = await loadJobFile(jobFile);
   const plan = await planJob(job, { hostLostTimeoutSec: options.hostLostTimeoutSec });

@@ -11,3 +11,16 @@ export async function waitFor(
   }
   throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
 }
+
+/** Settles with `promise`, or fails saying what it waited for once `timeoutMs` passes. */
+export async function within<T>(timeoutMs: number, what: string, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
