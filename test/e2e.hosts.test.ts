@@ -4,17 +4,35 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { appendFile, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import type { Client } from '@temporalio/client';
+
+import { runningTrialSteps } from '../src/cli/inspect';
 import type { TrialResult } from '../src/results/trial-result';
-import { runCli, workspace, writeOracleJob } from './support/cli';
-import { containersOfJob, removeJobLeftovers } from './support/docker';
+import { runCli, startCli, workspace, writeOracleJob } from './support/cli';
+import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
 import { faultyDocker } from './support/docker-proxy';
 import { testTemporal } from './support/temporal';
+import { waitFor } from './support/wait';
 
 const jobNames: string[] = [];
+let client: Client;
+
+/** hello-world then slow, each with an image of its own (nothing else on the host shares it). */
+async function twoEnvironments(name: string, keep: boolean): Promise<string> {
+  const dir = await workspace({
+    'tasks/hello-world': 'examples/tasks/hello-world',
+    'tasks/slow': 'test/fixtures/slow-tasks/slow',
+  });
+  for (const task of ['hello-world', 'slow']) {
+    await appendFile(path.join(dir, 'tasks', task, 'environment', 'Dockerfile'), `LABEL test="${name} ${task}"\n`);
+  }
+  await writeOracleJob(dir, { name, n_concurrent_trials: 1, environment: `{ type: docker, delete: ${!keep} }` });
+  return dir;
+}
 
 function newJobName(prefix: string): string {
   const name = `${prefix}-${randomBytes(3).toString('hex')}`;
@@ -28,9 +46,10 @@ async function trialResult(dir: string, job: string, trial: string): Promise<Tri
 
 describe('a job on its Docker host', () => {
   before(async () => {
-    await (await testTemporal()).connection.close();
+    ({ client } = await testTemporal());
   });
   after(async () => {
+    await client.connection.close();
     for (const name of jobNames) await removeJobLeftovers(name);
   });
 
@@ -58,5 +77,44 @@ describe('a job on its Docker host', () => {
     const log = await readFile(path.join(dir, 'jobs', name, 'hello-world__oracle__1', 'trial.log'), 'utf8');
     assert.match(log, /\[collect\] failed on rollout-docker@\S+: InfrastructureError: .*injected daemon fault/);
     assert.deepEqual(await containersOfJob(name), []);
+  });
+
+  it('removes an image as soon as the job no longer needs it (delete: true), mid-job', async () => {
+    const name = newJobName('release');
+    const dir = await twoEnvironments(name, false);
+    const cli = startCli(['job.yaml'], { cwd: dir });
+    await waitFor('the second environment executing', async () =>
+      (await runningTrialSteps(client, name)).some(
+        (trial) => trial.trialId.includes('/slow__') && trial.step === 'execute'
+      )
+    );
+    const midJob = (await imagesOfJob(name)).map((image) => image.Labels.test);
+    const run = await cli.output;
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(midJob, [`${name} slow`], 'the first environment released while the second runs');
+    assert.deepEqual(await imagesOfJob(name), []);
+  });
+
+  it('keeps every image with delete: false', async () => {
+    const name = newJobName('keep');
+    const dir = await twoEnvironments(name, true);
+    const run = await runCli(['job.yaml'], { cwd: dir });
+    assert.equal(run.code, 0, run.stderr);
+    const kept = (await imagesOfJob(name)).map((image) => image.Labels.test).sort();
+    assert.deepEqual(kept, [`${name} hello-world`, `${name} slow`]);
+  });
+
+  it('releases the images of a cancelled job', async () => {
+    const name = newJobName('cancel-release');
+    const dir = await twoEnvironments(name, false);
+    const cli = startCli(['job.yaml'], { cwd: dir });
+    await waitFor('a trial executing', async () =>
+      (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute')
+    );
+    const cancel = await runCli(['cancel', name, '--no-worker'], { cwd: dir });
+    assert.equal(cancel.code, 0, cancel.stderr);
+    assert.equal((await cli.output).code, 1);
+    assert.deepEqual(await containersOfJob(name), []);
+    assert.deepEqual(await imagesOfJob(name), []);
   });
 });

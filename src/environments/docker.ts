@@ -94,7 +94,26 @@ export class DockerEnvironment implements Environment {
     return typeof socketPath === 'string' ? socketPath : '/var/run/docker.sock';
   }
 
+  /**
+   * The image of Rollout's own is returned as the job's reference tag to it (`rollout-env:<key>-<job ref>`): the job
+   * starts its containers from it, and the image stays as long as any job still holds a reference (see removeImage).
+   */
   async build(request: BuildRequest): Promise<BuildResult> {
+    const resolved = await this.sharedBuild(request);
+    if (!resolved.built) return resolved;
+    const reference = `${resolved.image}-${this.jobRef(request.jobName)}`;
+    const [repo, tag] = splitTag(reference);
+    await this.docker.getImage(resolved.image).tag({ repo, tag });
+    return { image: reference, built: true };
+  }
+
+  /** Who holds a reference: a job of this deployment (job names are unique per deployment only). */
+  private jobRef(jobName: string, deployment = this.owner.deployment): string {
+    return createHash('sha256').update(`${deployment}\n${jobName}`).digest('hex').slice(0, 12);
+  }
+
+  /** One build per image at a time: concurrent trials of one environment wait for the same build. */
+  private async sharedBuild(request: BuildRequest): Promise<BuildResult> {
     const hasDockerfile = await isFile(path.join(request.contextDir, 'Dockerfile'));
     const key = request.dockerImage && !hasDockerfile ? request.dockerImage : imageTag(request.envKey);
     for (;;) {
@@ -434,28 +453,45 @@ export class DockerEnvironment implements Environment {
     },
   };
 
-  async removeImage(image: string): Promise<boolean> {
-    const id = await this.docker
-      .getImage(image)
+  /**
+   * Releases a job's reference tag (what build returned). The image itself goes only when this job built it (its
+   * labels name this job and deployment) and no other job holds a reference: a job that keeps its images
+   * (`delete: false`) or still runs keeps it, and so does a container still using it (Docker refuses).
+   */
+  async removeImage(reference: string): Promise<boolean> {
+    const info = await this.docker
+      .getImage(reference)
       .inspect()
-      .then((info) => info.Id)
-      .catch(() => undefined);
-    if (id) {
-      const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${id}`] } });
-      for (const snapshot of snapshots) {
-        if (!(await this.removeOneImage(snapshot.Id))) return false;
-      }
+      .catch((err: unknown) => {
+        if (statusCode(err) === 404) return undefined;
+        throw err;
+      });
+    if (!info) return true;
+    const labels = info.Config?.Labels ?? {};
+    const base = reference.slice(0, reference.lastIndexOf('-'));
+    const builtByThisJob =
+      labels[LABEL_JOB] !== undefined &&
+      labels[LABEL_DEPLOYMENT] === this.owner.deployment &&
+      reference === `${base}-${this.jobRef(labels[LABEL_JOB])}`;
+    const otherReferences = (info.RepoTags ?? []).filter((tag) => tag !== reference && tag !== base);
+    if (builtByThisJob && otherReferences.length === 0) {
+      // Its install snapshots (built on top of it) go with it.
+      const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${info.Id}`] } });
+      for (const snapshot of snapshots) if (!(await this.removeTag(snapshot.Id))) return false;
+      // The base tag first: the reference then keeps the image until no container uses it.
+      await this.removeTag(base);
     }
-    return this.removeOneImage(image);
+    return this.removeTag(reference);
   }
 
-  private async removeOneImage(image: string): Promise<boolean> {
+  /** Untags (and deletes the image with its last tag); false when a container still uses the image. */
+  private async removeTag(tag: string): Promise<boolean> {
     try {
-      await this.docker.getImage(image).remove();
+      await this.docker.getImage(tag).remove();
       return true;
     } catch (err) {
       const code = statusCode(err);
-      if (code === 409) return false; // a container still uses it
+      if (code === 409) return false;
       if (code === 404) return true;
       throw err;
     }
@@ -466,6 +502,11 @@ export class DockerEnvironment implements Environment {
 function snapshotTag(baseImageId: string, key: string): string {
   const digest = createHash('sha256').update(`${baseImageId}\n${key}`).digest('hex').slice(0, 24);
   return `${SNAPSHOT_REPOSITORY}:${digest}`;
+}
+
+function splitTag(image: string): [repo: string, tag: string] {
+  const colon = image.lastIndexOf(':');
+  return [image.slice(0, colon), image.slice(colon + 1)];
 }
 
 export function imageTag(envKey: string): string {

@@ -72,7 +72,10 @@ export interface BuildRequest {
 
 export interface BuildResult {
   image: string;
-  /** True when Rollout built (or owns) the image, so it may delete it when the job is done with it. */
+  /**
+   * True when the image is Rollout's own and `image` is the job's reference to it, to release (removeImage) when
+   * the job is done with it; false for an image Rollout does not manage (a present docker_image).
+   */
   built: boolean;
 }
 
@@ -139,7 +142,10 @@ export interface Environment {
   removeTrial(trialId: string): Promise<number>;
   /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
   heldEnvironments(): Promise<HeldEnvironment[]>;
-  /** Removes an image Rollout built (and its install snapshots); idempotent; false while a container still uses one. */
+  /**
+   * Releases a job's reference to an image (a `built` build result); the image (and its install snapshots) goes with
+   * the last reference of the job that built it. Idempotent; false while a container still uses the image.
+   */
   removeImage(image: string): Promise<boolean>;
   /** Absent where environments cannot be snapshotted (local): agents then install in every trial. */
   readonly snapshots?: InstallSnapshots;
