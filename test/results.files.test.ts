@@ -46,7 +46,7 @@ describe('results on disk', () => {
     const jobFile = await writeLocalJob({ name: 'unreadable', attempts: 1, concurrency: 1 });
     const job = await loadJobFile(jobFile);
     const plan = await planJob(job);
-    await saveJobFolder(job, plan);
+    await saveJobFolder(plan);
     const trialName = plan.trials[0]!.spec.trialName;
     // A read error that is not "missing" (NFS, permissions): here, a folder where the file should be.
     await mkdir(jobFiles.trialResult(plan.jobDir, trialName), { recursive: true });
