@@ -15,6 +15,7 @@ import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli, workspace, writeOracleJob } from './support/cli';
 import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
 import { faultyDocker } from './support/docker-proxy';
+import { recordHistory } from './support/histories';
 import { testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
 
@@ -108,12 +109,17 @@ describe('a job on its Docker host', () => {
     const name = newJobName('cancel-release');
     const dir = await twoEnvironments(name, false);
     const cli = startCli(['job.yaml'], { cwd: dir });
-    await waitFor('a trial executing', async () =>
-      (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute')
-    );
+    let exited = false;
+    void cli.output.then(() => (exited = true));
+    await waitFor('a trial executing', async () => {
+      if (exited) assert.fail(`the job ended before it could be cancelled: ${(await cli.output).stderr}`);
+      return (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute');
+    });
     const cancel = await runCli(['cancel', name, '--no-worker'], { cwd: dir });
     assert.equal(cancel.code, 0, cancel.stderr);
     assert.equal((await cli.output).code, 1);
+    await recordHistory(client, `rollout-job/${name}`, 'job-cancelled');
+    await recordHistory(client, `${name}/hello-world__oracle__1`, 'trial-cancelled');
     assert.deepEqual(await containersOfJob(name), []);
     assert.deepEqual(await imagesOfJob(name), []);
   });

@@ -178,6 +178,21 @@ describe('invalid input', () => {
     );
   });
 
+  it('reports a jobs_dir that is a file in one line', async () => {
+    await write('not-a-folder', 'x');
+    await expectInputError(`jobs_dir: not-a-folder\n${JOB}`, [
+      /job\.yaml: jobs_dir: \S*not-a-folder is a file, not a folder$/m,
+    ]);
+  });
+
+  it("reports the tasks' problems along with job.yaml's, all at once", async () => {
+    await writeTask('both/bad-task', { 'task.toml': 'version = "1.0"\n[agent]\ntimeout_sec = "soon"\n' });
+    await expectInputError(
+      ['colour: blue', 'agents:', '  - name: oracle', 'datasets:', '  - path: both', ''].join('\n'),
+      [/job\.yaml: colour: unknown key/, /bad-task\/task\.toml: agent\.timeout_sec: /]
+    );
+  });
+
   it('reports a missing job file and a missing dataset folder', async () => {
     const missing = await runCli(['nope.yaml'], { cwd: dir });
     assert.equal(missing.code, 2);

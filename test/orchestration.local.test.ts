@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { appendFile, readFile, writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 
 import type { Client, Connection } from '@temporalio/client';
@@ -15,8 +15,9 @@ import { jobFiles } from '../src/results/files';
 import type { TrialResult } from '../src/results/trial-result';
 import { localWorkers, runHistoryLengths, submitJob, writeLocalJob } from './support/local-job';
 import { REPO_ROOT, testTemporal } from './support/temporal';
-import { startCli } from './support/cli';
+import { runCli, startCli } from './support/cli';
 import { waitFor, within } from './support/wait';
+import { recordHistory } from './support/histories';
 import { trialStateQuery } from '../workflows/messages';
 
 let client: Client;
@@ -62,6 +63,8 @@ describe('orchestration on the local environment', () => {
     const { handle, plan } = await submitJob(client, jobFile, { maxHistoryEvents: 600 });
     const final = await handle.result();
     await stopWorkers();
+    // The last run: it started from state carried over by continue-as-new.
+    await recordHistory(client, plan.jobWorkflowId, 'job-continued-as-new');
 
     assert.equal(final.finished, 300);
     assert.equal(final.completed, 300, JSON.stringify(final.errorsByType));
@@ -145,6 +148,8 @@ describe('orchestration on the local environment', () => {
       results.some((r) => r.restarts > 0),
       'the trials of the dead host restarted'
     );
+    const restarted = results.find((r) => r.restarts > 0);
+    if (restarted) await recordHistory(client, restarted.workflow_id, 'trial-restarted-on-another-host');
   });
 
   it('attaches to a running job instead of starting a duplicate', async () => {
@@ -181,10 +186,124 @@ describe('orchestration on the local environment', () => {
     await client.workflow.getHandle(victim.trialId).terminate('terminated from the UI');
     const final = await within(60_000, 'the job to finish', handle.result());
     await stopWorkers();
+    await recordHistory(client, plan.jobWorkflowId, 'job-trial-terminated');
 
     assert.equal(final.status, 'completed');
     assert.equal(final.finished, 2);
     assert.equal(final.completed, 1);
     assert.deepEqual(final.errorsByType, { InfrastructureError: 1 });
   });
+
+  it('gives each step the timeout the README promises: limits × timeout_multiplier, verifier override and ceiling', async () => {
+    const name = `timeouts-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({
+      name,
+      attempts: 1,
+      concurrency: 1,
+      execute: 'sleep 5; echo ok > answer.txt',
+    });
+    // task.toml: agent 30 s, verifier 30 s. The agent gets 30 × 0.1 = 3 s; the verifier 70 s (override), capped at 50, × 0.1 = 5 s.
+    await appendFile(
+      jobFile,
+      'timeout_multiplier: 0.1\nverifier:\n  override_timeout_sec: 70\n  max_timeout_sec: 50\n'
+    );
+    await startWorkers(`timeouts-${name}`, 1);
+    const { handle, plan } = await submitJob(client, jobFile);
+    const final = await within(120_000, 'the job to finish', handle.result());
+    await stopWorkers();
+
+    assert.deepEqual(final.errorsByType, { AgentTimeoutError: 1 }, 'the agent was stopped at 3 s, not 30');
+    const [result] = await trialResults(plan.jobDir, [plan.trials[0]!.spec.trialName]);
+    assert.match(result?.error?.message ?? '', /agent exceeded 3 s/);
+    const timeouts = new Map<string, number>();
+    const history = await client.workflow.getHandle(plan.trials[0]!.spec.trialId).fetchHistory();
+    for (const event of history.events ?? []) {
+      const scheduled = event.activityTaskScheduledEventAttributes;
+      if (scheduled?.activityType?.name) {
+        timeouts.set(scheduled.activityType.name, Number(scheduled.startToCloseTimeout?.seconds ?? 0));
+      }
+    }
+    // Temporal's own timeout is the limit enforced inside the step plus a fixed grace of 60 s.
+    assert.equal(timeouts.get('executeAgent'), 3 + 60);
+    assert.equal(timeouts.get('runVerifier'), 5 + 60);
+    assert.equal(timeouts.get('cleanupEnvironment'), 30 + 60, 'housekeeping 300 s × 0.1');
+  });
+
+  it('never runs more trials at once than n_concurrent_trials, nor more on a worker than --max-trials', async () => {
+    const name = `bounds-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({
+      name,
+      attempts: 8,
+      concurrency: 3,
+      execute: 'sleep 1; echo ok > answer.txt',
+    });
+    await startWorkers(`bound-a-${name}`, 2);
+    await startWorkers(`bound-b-${name}`, 4, false);
+    const { handle, plan } = await submitJob(client, jobFile);
+    const final = await within(180_000, 'the job to finish', handle.result());
+    await stopWorkers();
+
+    assert.equal(final.completed, 8);
+    const results = await trialResults(
+      plan.jobDir,
+      plan.trials.map((t) => t.spec.trialName)
+    );
+    // Each trial holds its environment from build to cleanup: count how many held one at every moment.
+    const held = (of: typeof results) =>
+      maxOverlap(of.map((r) => [Date.parse(r.steps.build!.started_at), Date.parse(r.steps.cleanup!.finished_at!)]));
+    assert.ok(held(results) <= 3, `${held(results)} trials at once`);
+    const onA = results.filter((r) => r.host === `rollout-local@bound-a-${name}`);
+    assert.ok(held(onA) <= 2, `${held(onA)} trials at once on a worker with --max-trials 2`);
+  });
+
+  it('resume --retry-errored <types> re-runs only trials that ended in one of the named error types', async () => {
+    const name = `retry-${randomBytes(3).toString('hex')}`;
+    const jobFile = await writeLocalJob({ name, attempts: 3, concurrency: 3 });
+    await startWorkers(`retry-${name}`, 3);
+    const { handle, plan } = await submitJob(client, jobFile);
+    await within(120_000, 'the job to finish', handle.result());
+    await stopWorkers();
+    const [timedOut, noReward, fine] = plan.trials.map((t) => t.spec.trialName) as [string, string, string];
+    const mark = async (trial: string, type: string) => {
+      const file = jobFiles.trialResult(plan.jobDir, trial);
+      const result = JSON.parse(await readFile(file, 'utf8')) as TrialResult;
+      await writeFile(
+        file,
+        JSON.stringify({ ...result, rewards: null, error: { type, message: 'marked', step: 'execute' } })
+      );
+    };
+    await mark(timedOut, 'AgentTimeoutError');
+    await mark(noReward, 'RewardFileNotFoundError');
+    const before = await readFile(jobFiles.trialResult(plan.jobDir, fine), 'utf8');
+
+    const run = await runCli(['resume', plan.jobDir, '--retry-errored', 'AgentTimeoutError', 'CancelledError'], {
+      cwd: REPO_ROOT,
+      env: { ROLLOUT_HOST_ID: `retry-cli-${name}` },
+      timeoutMs: 180_000,
+    });
+    assert.equal(run.code, 0, run.stderr);
+    const [retried, kept] = await trialResults(plan.jobDir, [timedOut, noReward]);
+    assert.equal(retried?.error, null, 'the AgentTimeoutError trial ran again');
+    assert.equal(kept?.error?.type, 'RewardFileNotFoundError', 'other error types are kept');
+    assert.equal(await readFile(jobFiles.trialResult(plan.jobDir, fine), 'utf8'), before);
+    const executions = await client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
+    assert.equal(executions.count, 4);
+  });
 });
+
+/** The largest number of [start, end] intervals that overlap at one moment. */
+function maxOverlap(intervals: [number, number][]): number {
+  const edges = intervals.flatMap(([start, end]) => [
+    [start, 1],
+    [end, -1],
+  ]);
+  // Ends before starts at the same moment: touching intervals do not overlap.
+  edges.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
+  let current = 0;
+  let most = 0;
+  for (const [, delta] of edges) {
+    current += delta!;
+    most = Math.max(most, current);
+  }
+  return most;
+}

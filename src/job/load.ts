@@ -3,7 +3,9 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { isScalar, LineCounter, parseDocument, visit } from 'yaml';
 
+import type { Problem } from '../errors';
 import { InputError, zodProblems } from '../errors';
+import { loadDataset } from '../task/load';
 import type { JobConfig } from './schema';
 import { JobConfigSchema } from './schema';
 
@@ -38,7 +40,44 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
   }
-  return parseJobConfig(raw, absolute, path.dirname(absolute));
+  const base = path.dirname(absolute);
+  let job: ResolvedJob | undefined;
+  const problems: Problem[] = [];
+  try {
+    job = parseJobConfig(raw, absolute, base);
+  } catch (err) {
+    if (!(err instanceof InputError)) throw err;
+    // Report the tasks' problems too, so one run lists everything to fix.
+    problems.push(...err.problems, ...(await localTaskProblems(raw, base)));
+  }
+  const jobsDir = job?.jobs_dir ?? ('jobs_dir' in raw && typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
+  problems.push(...(await jobsDirProblems(absolute, path.resolve(jobsDir))));
+  if (!job || problems.length > 0) throw new InputError(problems);
+  return job;
+}
+
+/** The problems of the tasks in a job file's local datasets (read from the file as it is, valid or not). */
+async function localTaskProblems(raw: object, base: string): Promise<Problem[]> {
+  const datasets = 'datasets' in raw && Array.isArray(raw.datasets) ? (raw.datasets as unknown[]) : [];
+  const problems: Problem[] = [];
+  for (const dataset of datasets) {
+    const dir = (dataset as { path?: unknown } | null)?.path;
+    if (typeof dir === 'string') problems.push(...(await loadDataset(resolveExisting(base, dir))).problems);
+  }
+  return problems;
+}
+
+/** jobs_dir must be a folder, or not exist yet (it is made); a file there (or above it) is a mistake to report. */
+async function jobsDirProblems(file: string, jobsDir: string): Promise<Problem[]> {
+  try {
+    if ((await stat(jobsDir)).isDirectory()) return [];
+    return [{ file, field: 'jobs_dir', message: `${jobsDir} is a file, not a folder` }];
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return [];
+    if (code === 'ENOTDIR') return [{ file, field: 'jobs_dir', message: `${jobsDir}: part of the path is a file` }];
+    return [{ file, field: 'jobs_dir', message: `${jobsDir}: unusable (${code})` }];
+  }
 }
 
 /**
