@@ -60,9 +60,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
 
   try {
     for (;;) {
-      outcome = await runOnce(spec, state, steps, cleanupErrors);
-      if (outcome.builtImage && state.hostQueue)
-        builtImages.push({ hostQueue: state.hostQueue, image: outcome.builtImage });
+      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors });
       if (!outcome.restart) break;
       if (state.restarts >= MAX_RESTARTS) {
         outcome.error = {
@@ -132,7 +130,6 @@ interface Outcome {
   agentExitCode: number | null;
   agent: AgentInfo | null;
   image: string | null;
-  builtImage: string | null;
   unenforced: string[];
   collected: CollectReport | null;
   /** Set when this run hit an infrastructure failure and the trial should start over. */
@@ -146,7 +143,6 @@ function emptyOutcome(): Outcome {
     agentExitCode: null,
     agent: null,
     image: null,
-    builtImage: null,
     unenforced: [],
     collected: null,
     restart: null,
@@ -158,7 +154,7 @@ async function runOnce(
   spec: TrialSpec,
   state: TrialState,
   steps: Partial<Record<StepName, StepTiming>>,
-  cleanupErrors: CleanupError[]
+  { builtImages, cleanupErrors }: { builtImages: BuiltImage[]; cleanupErrors: CleanupError[] }
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
   const { claimHost } = proxyActivities<ProviderActivities>({
@@ -188,7 +184,8 @@ async function runOnce(
   try {
     const image = await step('build', () => host.buildEnvironment({ spec }));
     outcome.image = image.image;
-    outcome.builtImage = image.built ? image.image : null;
+    // Recorded at once: a trial cancelled later still reports it, so its job releases it.
+    if (image.built) builtImages.push({ hostQueue, image: image.image });
     const started = await step('start', () => host.startEnvironment({ spec, image: image.image }));
     handle = started.handle;
     outcome.unenforced = started.unenforced;
