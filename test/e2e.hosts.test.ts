@@ -58,8 +58,10 @@ describe('a job on its Docker host', () => {
     const name = newJobName('collect-fails');
     const dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
     await writeOracleJob(dir, { name });
-    // Every copy out of a container fails, as it would from a daemon in trouble.
-    const daemon = await faultyDocker((request) => /^GET \S*\/containers\/[^/]+\/archive/.test(request));
+    // Copying the agent's logs out of the container fails, as it would from a daemon in trouble.
+    const daemon = await faultyDocker((request) =>
+      /^GET \S*\/containers\/[^/]+\/archive\?path=%2Flogs%2Fagent/.test(request)
+    );
     try {
       const run = await runCli(['job.yaml'], { cwd: dir, env: { DOCKER_HOST: daemon.dockerHost } });
       assert.equal(run.code, 0, run.stderr);
