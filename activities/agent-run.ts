@@ -35,6 +35,7 @@ export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: Agen
     timeoutMs: timeoutSec * 1000,
     signal: Context.current().cancellationSignal,
     agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+    gateway: null,
   };
   return { agent: createAgent(config), run, config, task };
 }

@@ -2,6 +2,7 @@
 import { Context, ApplicationFailure } from '@temporalio/activity';
 
 import type { Environment } from '../src/environments/environment';
+import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/job/schema';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task } from '../src/task/load';
@@ -20,6 +21,8 @@ export interface ActivityDeps {
   slots: TrialSlots;
   /** Host CA bundle that containers get (see src/environments/ca-trust.ts); null: containers keep their own trust. */
   caBundle: string | null;
+  /** This worker's model gateway: built-in agents (and custom ones with `gateway: true`) reach models through it. */
+  gateway: ModelGateway;
 }
 
 /** Per-worker limit on trials that hold an environment on this host (`rollout worker --max-trials`). */

@@ -1,5 +1,10 @@
-import { SolutionNotFoundError } from '../src/agents/agent';
+import path from 'node:path';
+
+import { SolutionNotFoundError, usesGateway } from '../src/agents/agent';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
+import type { TrialSession } from '../src/gateway/gateway';
+import { gatewayEnv, upstreamsFromEnv } from '../src/gateway/upstreams';
+import { jobFiles } from '../src/results/files';
 import type { ExecuteOutcome } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, log, taskFailure } from './context';
@@ -9,14 +14,26 @@ import { prepareAgentRun } from './agent-run';
 /**
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
  * killed first); the activity's Temporal timeout is only a safety margin above it, so Temporal retries crashes,
- * never slow agents.
+ * never slow agents. An agent on the model gateway gets a token valid only while this step runs; if its last model
+ * call failed, the trial ends in that failure's type (ApiRateLimitError, …), which job.yaml `retry` may name.
  */
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
     const { spec } = input;
-    const { agent, run } = await prepareAgentRun(deps, input, spec.timeouts.execute);
-    await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${spec.timeouts.execute} s)`);
+    const { agent, run, config } = await prepareAgentRun(deps, input, spec.timeouts.execute);
+    let session: TrialSession | null = null;
     try {
+      if (usesGateway(config)) {
+        session = await deps.gateway.openTrial({
+          trialId: spec.trialId,
+          agentDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+          upstreams: upstreamsFromEnv(run.env),
+        });
+        const environment = run.environment;
+        run.gateway = await session.access(environment.gatewayHost ? await environment.gatewayHost() : undefined);
+        run.env = gatewayEnv(run.env, run.gateway);
+      }
+      await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${spec.timeouts.execute} s)`);
       const result = await heartbeating(async () => {
         const executed = await agent.execute(run);
         // Whatever the agent left running (a daemon rewriting what the verifier checks) must not outlive its step.
@@ -28,6 +45,13 @@ export function executeAgent(deps: ActivityDeps) {
         'execute',
         `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: every process the agent started killed`
       );
+      const failure = session?.failure();
+      if (failure && !result.timedOut) {
+        throw taskFailure(
+          failure.type,
+          `the agent's last model call failed (HTTP ${failure.status || 'connection'}): ${failure.message.slice(0, 500)}`
+        );
+      }
       return { exitCode: result.exitCode, timedOut: result.timedOut };
     } catch (err) {
       if (err instanceof SolutionNotFoundError) throw taskFailure('SolutionNotFoundError', err.message);
@@ -35,6 +59,8 @@ export function executeAgent(deps: ActivityDeps) {
       if (err instanceof MissingEnvironmentVariableError)
         throw taskFailure('MissingEnvironmentVariableError', err.message);
       throw err;
+    } finally {
+      await session?.close();
     }
   };
 }

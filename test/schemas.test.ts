@@ -12,6 +12,7 @@ import { parseBytes, parseCpus, parseQuantity } from '../src/quantity';
 import { addTrial, emptyStats, groupMetrics } from '../src/results/job-stats';
 import { loadDataset, loadTask } from '../src/task/load';
 import { readReward } from '../src/trial/reward';
+import { retryWaitMs } from '../src/trial/retry';
 import type { TrialSummary } from '../src/trial/types';
 
 async function taskDir(toml: string): Promise<string> {
@@ -274,6 +275,64 @@ describe('job.yaml', () => {
       assert.ok(err.problems.every((p) => p.file === file));
       return true;
     });
+  });
+
+  it('reads retry (API errors by default) and the gateway opt-in; rejects an error type that is not a task error', async () => {
+    const job = await loadJobFile(
+      await jobFile('retry: {max_retries: 2}\nagents: [{name: a, execute: x, gateway: true}]\ndatasets: [{path: d}]\n')
+    );
+    assert.deepEqual(job.retry, {
+      error_types: [
+        'ApiRateLimitError',
+        'AgentAuthenticationError',
+        'ContextWindowExceededError',
+        'ApiOverloadedError',
+      ],
+      max_retries: 2,
+      min_wait_sec: 1,
+      max_wait_sec: 60,
+    });
+    assert.equal(job.agents[0]?.gateway, true);
+    const file = await jobFile(
+      'retry: {error_types: [InfrastructureError]}\nagents: [{name: a, execute: x}]\ndatasets: [{path: d}]\n'
+    );
+    await assert.rejects(loadJobFile(file), (err: unknown) => {
+      assert.ok(err instanceof InputError);
+      assert.deepEqual(
+        err.problems.map((p) => p.field),
+        ['retry.error_types.0']
+      );
+      assert.match(err.problems[0]!.message, /ApiRateLimitError/);
+      return true;
+    });
+  });
+
+  it('retry waits grow from min_wait_sec, jittered, capped at max_wait_sec; only named errors, at most max_retries', () => {
+    const policy = { errorTypes: ['ApiRateLimitError'], maxRetries: 3, minWaitSec: 2, maxWaitSec: 5 };
+    const error = { type: 'ApiRateLimitError' as const, message: '', step: 'execute' as const };
+    assert.equal(
+      retryWaitMs(policy, error, 0, () => 0),
+      1000
+    );
+    assert.equal(
+      retryWaitMs(policy, error, 0, () => 1),
+      2000
+    );
+    assert.equal(
+      retryWaitMs(policy, error, 1, () => 1),
+      4000
+    );
+    assert.equal(
+      retryWaitMs(policy, error, 2, () => 1),
+      5000
+    );
+    assert.equal(
+      retryWaitMs(policy, error, 3, () => 1),
+      null
+    );
+    assert.equal(retryWaitMs(policy, { ...error, type: 'AgentTimeoutError' }, 0), null);
+    assert.equal(retryWaitMs(null, error, 0), null);
+    assert.equal(retryWaitMs(policy, null, 0), null);
   });
 
   it('reports invalid YAML with the file', async () => {

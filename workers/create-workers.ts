@@ -9,6 +9,7 @@ import { hostCaBundle } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
+import { ModelGateway } from '../src/gateway/gateway';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import { leaseWorkerId } from './host-lease';
@@ -59,6 +60,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     hostId: workerId,
     slots,
     caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
+    gateway: new ModelGateway(),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {

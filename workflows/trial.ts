@@ -15,10 +15,12 @@ import {
   setHandler,
   upsertSearchAttributes,
   setCurrentDetails,
+  sleep,
 } from '@temporalio/workflow';
 
 import type { ProviderActivities, JobActivities } from '../activities';
 import { primaryReward } from '../src/results/job-stats';
+import { retryWaitMs } from '../src/trial/retry';
 import type { TrialResult } from '../src/results/trial-result';
 import { summaryFromResult } from '../src/results/trial-result';
 import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
@@ -57,11 +59,19 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   // Across restarts: every host's image must be released, and every failed clean-up reported.
   const builtImages: BuiltImage[] = [];
   const cleanupErrors: CleanupError[] = [];
+  let retries = 0;
 
   try {
     for (;;) {
       outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors });
-      if (!outcome.restart) break;
+      if (!outcome.restart) {
+        // job.yaml `retry`: a task error the user chose to retry (e.g. a rate limit) runs the trial again.
+        const wait = retryWaitMs(spec.retry, outcome.error, retries);
+        if (wait === null) break;
+        retries += 1;
+        await sleep(wait);
+        continue;
+      }
       if (state.restarts >= MAX_RESTARTS) {
         outcome.error = {
           ...outcome.restart,
@@ -100,6 +110,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     restarts: state.restarts,
     collected: outcome.collected,
     cleanup_errors: cleanupErrors,
+    retries,
   };
   const summary = summaryFromResult(spec, result, builtImages);
   state.status = trialStatus(summary);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import type { ExecResult, Environment } from '../environments/environment';
+import type { GatewayAccess } from '../gateway/upstreams';
 import type { AgentConfig } from '../job/schema';
 import { ORACLE_AGENT } from '../job/schema';
 import { jobFiles } from '../results/files';
@@ -26,6 +27,11 @@ export interface AgentRun {
   signal: AbortSignal;
   /** The trial's agent/ folder on the worker's host, for agents whose loop runs in the worker. */
   agentLogsDir: string;
+  /**
+   * In the execute step of an agent that uses the model gateway: the per-trial token and base URLs (as seen from
+   * the environment). `env` then already holds them in place of the real keys and base URLs.
+   */
+  gateway: GatewayAccess | null;
 }
 
 /** An install's exit, and for catalogue agents the version it left in place and whether it installed anything. */
@@ -83,6 +89,11 @@ export function catalogueAgent(config: AgentConfig): BuiltinAgentDefinition | un
 
 export function isOracle(config: AgentConfig): boolean {
   return (config.agent ?? config.name) === ORACLE_AGENT && config.execute === undefined;
+}
+
+/** Whether the agent's model calls go through the worker's model gateway: `gateway`, default off for custom agents. */
+export function usesGateway(config: AgentConfig): boolean {
+  return config.gateway ?? false;
 }
 
 export function createAgent(config: AgentConfig): Agent {

@@ -452,6 +452,23 @@ export class DockerEnvironment implements Environment {
       return `${repo}:${tag}`;
     },
   };
+  /**
+   * The default bridge's gateway address (e.g. 172.17.0.1): containers reach the host there, and it lives on the
+   * host's docker0 interface, so a listener on it is not reachable from other machines the way 0.0.0.0 would be.
+   */
+  async gatewayHost(): Promise<string> {
+    const info = (await this.docker.getNetwork('bridge').inspect()) as {
+      IPAM?: { Config?: { Gateway?: string; Subnet?: string }[] };
+    };
+    const config = info.IPAM?.Config?.find((c) => c.Gateway ?? c.Subnet?.includes('.'));
+    if (config?.Gateway) return config.Gateway;
+    // Docker leaves Gateway out of some inspections: the bridge then takes the subnet's first address.
+    const subnet = /^(\d+)\.(\d+)\.(\d+)\.(\d+)\/\d+$/.exec(config?.Subnet ?? '');
+    if (!subnet) throw new Error('docker network "bridge": no gateway address or IPv4 subnet to derive it from');
+    const [a, b, c, d] = subnet.slice(1).map(Number) as [number, number, number, number];
+    const first = (((a << 24) | (b << 16) | (c << 8) | d) >>> 0) + 1;
+    return [first >>> 24, (first >>> 16) & 255, (first >>> 8) & 255, first & 255].join('.');
+  }
 
   /**
    * Releases a job's reference tag (what build returned). The image itself goes only when this job built it (its

@@ -149,6 +149,11 @@ export interface Environment {
   removeImage(image: string): Promise<boolean>;
   /** Absent where environments cannot be snapshotted (local): agents then install in every trial. */
   readonly snapshots?: InstallSnapshots;
+  /**
+   * The address at which processes in this environment reach this host (where the model gateway listens); the
+   * gateway binds only there, never on all interfaces. Absent: loopback (the environment is the host itself).
+   */
+  gatewayHost?(): Promise<string>;
 }
 
 /**

@@ -99,6 +99,16 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             forceBuild: job.environment.force_build,
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
+            ...(job.retry
+              ? {
+                  retry: {
+                    errorTypes: job.retry.error_types,
+                    maxRetries: job.retry.max_retries,
+                    minWaitSec: job.retry.min_wait_sec,
+                    maxWaitSec: job.retry.max_wait_sec,
+                  },
+                }
+              : {}),
           });
         }
       }

@@ -2,7 +2,12 @@ import { z } from 'zod';
 
 import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
+import { API_ERROR_TYPES } from '../gateway/errors';
 import { parseBytes, parseCpus } from '../quantity';
+import { TASK_ERROR_TYPES } from '../trial/types';
+
+/** Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway). */
+const RETRYABLE_ERROR_TYPES = TASK_ERROR_TYPES;
 
 /** job.yaml / job.json, as the spec defines it. Unknown keys are errors so typos never pass silently. */
 
@@ -45,6 +50,12 @@ export const AgentSchema = z
     env: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()]).transform(String)).default({}),
     /** Ceiling for the install script (the spec has none; Harbor's fixed 360 s cap is a known pain point). */
     install_timeout_sec: z.number().positive().default(900),
+    /**
+     * Route the agent's model calls through the worker's model gateway (recorded, real keys kept out of the
+     * container): OPENAI_BASE_URL, ANTHROPIC_BASE_URL and GOOGLE_GEMINI_BASE_URL point at it. Default: on for
+     * built-in agents, off for custom ones.
+     */
+    gateway: z.boolean().optional(),
   })
   .superRefine((agent, ctx) => {
     const scripted = agent.install !== undefined || agent.execute !== undefined;
@@ -182,6 +193,15 @@ export const JobConfigSchema = z
       .array(z.strictObject({ type: z.enum(METRIC_TYPES) }))
       .min(1)
       .default([{ type: 'mean' }]),
+    /** Trials that end in one of these errors run again, up to max_retries times, after a jittered backoff. */
+    retry: z
+      .strictObject({
+        error_types: z.array(z.enum(RETRYABLE_ERROR_TYPES)).default([...API_ERROR_TYPES]),
+        max_retries: z.number().int().nonnegative().default(3),
+        min_wait_sec: z.number().nonnegative().default(1),
+        max_wait_sec: z.number().nonnegative().default(60),
+      })
+      .optional(),
     agents: z.array(AgentSchema).min(1, 'at least one agent is required'),
     datasets: z.array(DatasetSchema).min(1, 'at least one dataset is required'),
   })

@@ -39,6 +39,8 @@ export interface TrialResult {
   collected: CollectReport | null;
   /** Collect, stop or cleanup steps that failed (absent in results of older versions). */
   cleanup_errors?: CleanupError[];
+  /** How many times job.yaml `retry` ran the trial again after a task error it names. */
+  retries?: number;
 }
 
 export function summaryFromResult(spec: TrialSpec, result: TrialResult, builtImages: BuiltImage[]): TrialSummary {

@@ -2,6 +2,7 @@
  * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
+import { API_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType } from '../job/schema';
 
 export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
@@ -61,6 +62,15 @@ export interface TrialSpec {
   agentEnv?: Record<string, string>;
   /** Agent env given for this trial alone and secret, sealed (src/secrets/sealed-env.ts): only ciphertext here. */
   sealedAgentEnv?: string;
+  /** job.yaml `retry`: task errors that run the trial again (absent in specs planned before it existed). */
+  retry?: RetryPolicy | null;
+}
+
+export interface RetryPolicy {
+  errorTypes: string[];
+  maxRetries: number;
+  minWaitSec: number;
+  maxWaitSec: number;
 }
 
 /**
@@ -79,6 +89,8 @@ export const TASK_ERROR_TYPES = [
   'VerifierTimeoutError',
   'RewardFileNotFoundError',
   'RewardFileParseError',
+  // Model API failures seen at the gateway, when the agent then failed.
+  ...API_ERROR_TYPES,
 ] as const;
 export type TaskErrorType = (typeof TASK_ERROR_TYPES)[number];
 export const INFRASTRUCTURE_ERROR = 'InfrastructureError';

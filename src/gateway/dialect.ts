@@ -1,0 +1,99 @@
+/**
+ * What the gateway needs to know of one wire dialect: which requests are its own, how to put the real key on an
+ * upstream request, how to rebuild a response from its SSE events, and how to read usage and the conversation in
+ * one neutral, OpenAI-style shape (for trajectories and exports). One file per dialect in dialects/.
+ */
+import type { SseEvent } from './sse';
+
+export type DialectName = 'openai-chat' | 'openai-responses' | 'anthropic' | 'gemini';
+/** Who serves a dialect: the upstream (base URL and key) is per vendor. */
+export type Vendor = 'openai' | 'anthropic' | 'gemini';
+
+/** Normalised usage: `input_tokens` includes cached ones (`cached_tokens` is a subset), as ATIF counts them. */
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** JSON arguments; freeform tools (codex's apply_patch) carry `{ input: <text> }`. */
+  arguments: Record<string, unknown>;
+}
+
+/** A conversation message in OpenAI Chat form, whatever dialect it came from. */
+export interface Message {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string;
+  tool_calls?: ToolCall[];
+  /** For role "tool": the call it answers. */
+  tool_call_id?: string;
+  reasoning?: string;
+}
+
+/** A tool offered to the model, as an OpenAI function definition. */
+export interface ToolDefinition {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: unknown };
+}
+
+export type CallKind = 'generate' | 'count_tokens' | 'other';
+
+export interface Dialect {
+  name: DialectName;
+  vendor: Vendor;
+  /** The kind of call a path (below the vendor root) is, or null when it is not this dialect's. */
+  match(path: string): CallKind | null;
+  stream(body: Record<string, unknown>, path: string, query: URLSearchParams): boolean;
+  model(body: Record<string, unknown>, path: string): string | null;
+  /** The non-streamed response equivalent to a stream's events. */
+  assemble(events: SseEvent[]): unknown;
+  usage(response: unknown): Usage | null;
+  conversation(request: Record<string, unknown>): Message[];
+  tools(request: Record<string, unknown>): ToolDefinition[];
+  reply(response: unknown): Message | null;
+  /** Token ids and logprobs of the reply, when the server returned them (vLLM). */
+  tokens?(response: unknown): { token_ids?: number[]; logprobs?: number[] } | null;
+}
+
+// Small readers of untyped wire JSON, shared by the dialects.
+export type Json = Record<string, unknown>;
+
+export function obj(value: unknown): Json {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Json) : {};
+}
+
+export function arr(value: unknown): Json[] {
+  return Array.isArray(value) ? value.map(obj) : [];
+}
+
+export function str(value: unknown): string {
+  return typeof value === 'string' ? value : '';
+}
+
+export function num(value: unknown): number {
+  return typeof value === 'number' && Number.isFinite(value) ? value : 0;
+}
+
+/** Parses JSON tool arguments; text that is not a JSON object is kept under `input`. */
+export function parseArguments(text: unknown): Record<string, unknown> {
+  if (typeof text !== 'string') return obj(text);
+  try {
+    const parsed: unknown = JSON.parse(text || '{}');
+    if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) return parsed as Json;
+  } catch {
+    // Not JSON: keep the raw text.
+  }
+  return { input: text };
+}
+
+/** Text of a content field that is a string or a list of parts with `text`. */
+export function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  return arr(content)
+    .map((part) => str(part.text ?? part.content))
+    .filter(Boolean)
+    .join('\n');
+}

@@ -1,0 +1,101 @@
+/** OpenAI Chat Completions: `POST …/chat/completions`, the dialect of most agents and of vLLM. */
+import type { Dialect, Json, Message, ToolCall } from '../dialect';
+import { arr, num, obj, parseArguments, str, textOf } from '../dialect';
+import { jsonPayloads } from '../sse';
+
+function toolCalls(value: unknown): ToolCall[] {
+  return arr(value).map((call) => {
+    const fn = obj(call.function);
+    return { id: str(call.id), name: str(fn.name), arguments: parseArguments(fn.arguments) };
+  });
+}
+
+export const openAiChat: Dialect = {
+  name: 'openai-chat',
+  vendor: 'openai',
+  match: (path) => (path.endsWith('/chat/completions') ? 'generate' : null),
+  stream: (body) => body.stream === true,
+  model: (body) => str(body.model) || null,
+
+  assemble(events) {
+    let base: Json = {};
+    let content = '';
+    let reasoning = '';
+    let finish: unknown = null;
+    let usage: unknown = null;
+    const calls: { id: string; type: string; function: { name: string; arguments: string } }[] = [];
+    const logprobs: unknown[] = [];
+    for (const chunk of jsonPayloads(events)) {
+      if (!base.id) base = { id: chunk.id, created: chunk.created, model: chunk.model };
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of arr(chunk.choices)) {
+        const delta = obj(choice.delta);
+        content += str(delta.content);
+        reasoning += str(delta.reasoning_content ?? delta.reasoning);
+        if (choice.finish_reason) finish = choice.finish_reason;
+        logprobs.push(...arr(obj(choice.logprobs).content));
+        for (const part of arr(delta.tool_calls)) {
+          const index = num(part.index);
+          const call = (calls[index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } });
+          const fn = obj(part.function);
+          if (part.id) call.id = str(part.id);
+          call.function.name += str(fn.name);
+          call.function.arguments += str(fn.arguments);
+        }
+      }
+    }
+    const message: Json = { role: 'assistant', content: content || null };
+    if (reasoning) message.reasoning_content = reasoning;
+    if (calls.length) message.tool_calls = calls.filter(Boolean);
+    const choice: Json = { index: 0, message, finish_reason: finish };
+    if (logprobs.length) choice.logprobs = { content: logprobs };
+    return { ...base, object: 'chat.completion', choices: [choice], usage };
+  },
+
+  usage(response) {
+    const usage = obj(obj(response).usage);
+    if (usage.prompt_tokens === undefined && usage.completion_tokens === undefined) return null;
+    return {
+      input_tokens: num(usage.prompt_tokens),
+      output_tokens: num(usage.completion_tokens),
+      cached_tokens: num(obj(usage.prompt_tokens_details).cached_tokens),
+    };
+  },
+
+  conversation(request) {
+    return arr(request.messages).map((m): Message => {
+      const role = str(m.role);
+      const message: Message = {
+        role: role === 'developer' ? 'system' : (role as Message['role']),
+        content: textOf(m.content),
+      };
+      if (m.tool_calls) message.tool_calls = toolCalls(m.tool_calls);
+      if (m.tool_call_id) message.tool_call_id = str(m.tool_call_id);
+      return message;
+    });
+  },
+
+  tools: (request) =>
+    arr(request.tools)
+      .filter((t) => t.function)
+      .map((t) => ({ type: 'function' as const, function: obj(t.function) as { name: string } })),
+
+  reply(response) {
+    const message = obj(arr(obj(response).choices)[0]?.message);
+    if (!message.role) return null;
+    const reply: Message = { role: 'assistant', content: textOf(message.content) };
+    const reasoning = str(message.reasoning_content ?? message.reasoning);
+    if (reasoning) reply.reasoning = reasoning;
+    const calls = toolCalls(message.tool_calls);
+    if (calls.length) reply.tool_calls = calls;
+    return reply;
+  },
+
+  tokens(response) {
+    const choice = arr(obj(response).choices)[0] ?? {};
+    const logprobs = arr(obj(choice.logprobs).content).map((entry) => num(entry.logprob));
+    const ids = Array.isArray(choice.token_ids) ? (choice.token_ids as number[]) : undefined;
+    if (!logprobs.length && !ids) return null;
+    return { ...(ids ? { token_ids: ids } : {}), ...(logprobs.length ? { logprobs } : {}) };
+  },
+};

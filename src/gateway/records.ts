@@ -1,0 +1,46 @@
+/** `<trial>/agent/llm-calls.jsonl`: one line per model call, written by the gateway as each call ends. */
+import { createReadStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+import type { CallKind, DialectName, Usage } from './dialect';
+import type { ApiErrorType } from './errors';
+
+export const LLM_CALLS_FILE = 'llm-calls.jsonl';
+
+export interface LlmCallRecord {
+  /** 1-based order of the call within the trial's execute step. */
+  seq: number;
+  started_at: string;
+  finished_at: string;
+  latency_ms: number;
+  dialect: DialectName | null;
+  kind: CallKind;
+  method: string;
+  /** Below the vendor root, without the query string (which may hold a key). */
+  path: string;
+  model: string | null;
+  stream: boolean;
+  /** HTTP status from upstream; 0 when the connection or the stream broke. */
+  status: number;
+  request: unknown;
+  /** The response body; for streams, the response rebuilt from its events. */
+  response: unknown;
+  usage: Usage | null;
+  error: { type: ApiErrorType | null; message: string } | null;
+}
+
+/** Reads the records of a calls file one line at a time (constant memory); a missing file has none. */
+export async function* readCallRecords(file: string): AsyncGenerator<LlmCallRecord> {
+  const stream = createReadStream(file, 'utf8');
+  const lines = createInterface({ input: stream, crlfDelay: Infinity });
+  try {
+    for await (const line of lines) {
+      if (line.trim()) yield JSON.parse(line) as LlmCallRecord;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  } finally {
+    lines.close();
+    stream.destroy();
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * Where each vendor's calls go, read from the agent's env on the worker (like secrets), and the env a container
+ * gets instead: gateway base URLs and a per-trial token in place of the real keys.
+ */
+import type { Vendor } from './dialect';
+
+export interface Upstream {
+  /** The vendor root as its SDKs take it: OpenAI's includes `/v1`; Anthropic's and Gemini's do not. */
+  baseUrl: string;
+  /** The real key, put on upstream requests only; null sends none. */
+  apiKey: string | null;
+}
+
+export type Upstreams = Record<Vendor, Upstream>;
+
+/** Per vendor: the env variables of its key and base URL (first set wins) and its default base URL. */
+export const VENDOR_ENV: Record<Vendor, { keys: string[]; baseUrls: string[]; defaultBaseUrl: string }> = {
+  openai: {
+    keys: ['OPENAI_API_KEY'],
+    baseUrls: ['OPENAI_BASE_URL', 'OPENAI_API_BASE'],
+    defaultBaseUrl: 'https://api.openai.com/v1',
+  },
+  anthropic: {
+    keys: ['ANTHROPIC_API_KEY', 'ANTHROPIC_AUTH_TOKEN'],
+    baseUrls: ['ANTHROPIC_BASE_URL'],
+    defaultBaseUrl: 'https://api.anthropic.com',
+  },
+  gemini: {
+    keys: ['GEMINI_API_KEY', 'GOOGLE_API_KEY'],
+    baseUrls: ['GOOGLE_GEMINI_BASE_URL'],
+    defaultBaseUrl: 'https://generativelanguage.googleapis.com',
+  },
+};
+
+const VENDORS = Object.keys(VENDOR_ENV) as Vendor[];
+
+function first(env: Record<string, string>, names: string[]): string | undefined {
+  return names.map((name) => env[name]).find((value) => value !== undefined && value !== '');
+}
+
+export function upstreamsFromEnv(env: Record<string, string>): Upstreams {
+  const entries = VENDORS.map((vendor) => {
+    const spec = VENDOR_ENV[vendor];
+    const baseUrl = (first(env, spec.baseUrls) ?? spec.defaultBaseUrl).replace(/\/+$/, '');
+    return [vendor, { baseUrl, apiKey: first(env, spec.keys) ?? null }] as const;
+  });
+  return Object.fromEntries(entries) as Upstreams;
+}
+
+/** What a trial's processes get to reach the model through the gateway. */
+export interface GatewayAccess {
+  /** Accepted by the gateway for this trial only, and only while its execute step runs. */
+  token: string;
+  /** Per vendor, in the vendor SDK's convention (OpenAI's ends in `/v1`), as seen from the trial's environment. */
+  baseUrls: Record<Vendor, string>;
+}
+
+/**
+ * The agent env with every vendor key variable replaced by the token and every base URL variable pointing at the
+ * gateway; the standard ones (OPENAI_*, ANTHROPIC_*, GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL) always set.
+ */
+export function gatewayEnv(env: Record<string, string>, access: GatewayAccess): Record<string, string> {
+  const out = { ...env };
+  for (const vendor of VENDORS) {
+    const spec = VENDOR_ENV[vendor];
+    for (const name of spec.keys) if (name in out || name === spec.keys[0]) out[name] = access.token;
+    for (const name of spec.baseUrls) if (name in out || name === spec.baseUrls[0]) out[name] = access.baseUrls[vendor];
+  }
+  return out;
+}
