@@ -1,7 +1,14 @@
+import path from 'node:path';
+
+import { LLM_CALLS_FILE, readCallRecords } from '../src/gateway/records';
+import type { LlmCallRecord } from '../src/gateway/records';
 import type { JobResult } from '../src/results/job-result';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
+import type { TrialUsage } from '../src/results/usage';
+import { addCall, emptyUsage } from '../src/results/usage';
+import { buildTrajectory } from '../src/trajectory/atif';
 import type { TrialSpec } from '../src/trial/types';
 
 export interface WriteTrialResultInput {
@@ -9,11 +16,16 @@ export interface WriteTrialResultInput {
   result: TrialResult;
 }
 
+export interface WrittenTrialResult {
+  /** The usage written into result.json, for the job's sums; null when the agent did not use the gateway. */
+  usage: TrialUsage | null;
+}
+
 /**
- * `<job>/<trial>/result.json`, written atomically by the worker that ran the trial, as the trial finishes; failed
- * clean-up steps also go to trial.log.
+ * `<job>/<trial>/result.json`, written atomically by the worker that ran the trial, as the trial finishes; with the
+ * model usage and cost from the gateway's records, and `agent/trajectory.json` (ATIF) built from the same records.
  */
-export async function writeTrialResult({ spec, result }: WriteTrialResultInput): Promise<void> {
+export async function writeTrialResult({ spec, result }: WriteTrialResultInput): Promise<WrittenTrialResult> {
   for (const error of result.cleanup_errors ?? []) {
     await appendTrialLog(
       spec.jobDir,
@@ -22,7 +34,23 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
       `failed on ${error.host ?? 'no host'}: ${error.type}: ${error.message}`
     );
   }
-  await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), result);
+  const agentDir = path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent');
+  const records: LlmCallRecord[] = [];
+  for await (const record of readCallRecords(path.join(agentDir, LLM_CALLS_FILE))) records.push(record);
+  let usage: TrialUsage | null = null;
+  if (records.length > 0) {
+    usage = emptyUsage();
+    for (const record of records) addCall(usage, record);
+    const trajectory = buildTrajectory(records, {
+      sessionId: spec.trialId,
+      agentName: spec.agentName,
+      agentVersion: null,
+      model: records.find((r) => r.model)?.model ?? null,
+    });
+    if (trajectory) await writeJsonAtomic(path.join(agentDir, 'trajectory.json'), trajectory);
+  }
+  await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), { ...result, usage });
+  return { usage };
 }
 
 export interface WriteJobResultInput {

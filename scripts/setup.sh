@@ -87,4 +87,13 @@ if ! .venv-test/bin/python -c 'import eval_protocol' >/dev/null 2>&1; then
   python3 -m venv .venv-test
   .venv-test/bin/pip install -q eval-protocol
 fi
+# --- Harbor's ATIF validator (the tests check Rollout's trajectories with it) ----
+# harbor 0.25 declares Python >= 3.12 for the whole framework; its trajectory models and validator, all the tests
+# use, need only pydantic and run on Debian bookworm's 3.11.
+if ! .venv-harbor/bin/python -c 'import harbor.utils.trajectory_validator' >/dev/null 2>&1; then
+  log "installing harbor's trajectory validator into .venv-harbor (pip)"
+  python3 -m venv .venv-harbor
+  .venv-harbor/bin/pip install -q 'pydantic>=2.12'
+  .venv-harbor/bin/pip install -q --no-deps --ignore-requires-python harbor==0.25.0
+fi
 log "ready"

@@ -19,6 +19,7 @@ import {
 } from '@temporalio/workflow';
 
 import type { ProviderActivities, JobActivities } from '../activities';
+import type { WrittenTrialResult } from '../activities/results';
 import { primaryReward } from '../src/results/job-stats';
 import { retryWaitMs } from '../src/trial/retry';
 import type { TrialResult } from '../src/results/trial-result';
@@ -121,7 +122,9 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   state.step = null;
 
   await CancellationScope.nonCancellable(async () => {
-    await writeResult(spec, state.hostQueue, result);
+    // Histories recorded before the gateway returned nothing here.
+    const usage = (await writeResult(spec, state.hostQueue, result))?.usage;
+    if (usage) summary.usage = usage;
     const reward = primaryReward(result.rewards);
     upsertSearchAttributes([
       { key: RolloutStatus, value: state.status },
@@ -307,7 +310,11 @@ function hostActivities(spec: TrialSpec, hostQueue: string) {
 }
 
 /** Writes result.json on the trial's host (where its logs are); any worker of the provider if that host is gone. */
-async function writeResult(spec: TrialSpec, hostQueue: string | null, result: TrialResult): Promise<void> {
+async function writeResult(
+  spec: TrialSpec,
+  hostQueue: string | null,
+  result: TrialResult
+): Promise<WrittenTrialResult | undefined> {
   const options = { startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS, retry: { maximumAttempts: 3 } };
   if (hostQueue) {
     const onHost = proxyActivities<ProviderActivities>({
@@ -322,7 +329,7 @@ async function writeResult(spec: TrialSpec, hostQueue: string | null, result: Tr
     }
   }
   const anywhere = proxyActivities<JobActivities>({ ...options, taskQueue: JOB_TASK_QUEUE });
-  await anywhere.writeTrialResult({ spec, result });
+  return anywhere.writeTrialResult({ spec, result });
 }
 
 /** Task outcomes are non-retryable application failures of a known type; everything else is infrastructure. */

@@ -1,9 +1,13 @@
 import type { RegistryDataset } from '../registry/schema';
 import type { JobResult } from '../results/job-result';
+import type { TrialUsage } from '../results/usage';
 
 /** The final summary: the metrics table, then trial and error counts. */
 export function renderReport(result: JobResult): string {
   const lines = [renderEvals(result.evals)];
+  // Results written before the gateway have no usage.
+  const usage = Object.entries(result.usage_by_agent ?? {});
+  if (usage.length) lines.push('', renderUsage(usage), '');
   lines.push(
     `trials: ${result.n_total_trials} total, ${result.n_completed_trials} completed, ${result.n_errored_trials} errored, ` +
       `${result.n_infrastructure_errors} infrastructure errors, ${result.n_cancelled_trials} cancelled`
@@ -57,6 +61,20 @@ export function renderDatasetList(registry: RegistryDataset[]): string {
     dataset.description.replace(/\s+/g, ' '),
   ]);
   return table([['name', 'version', 'tasks', 'description'], ...rows]);
+}
+
+/** Model calls, tokens and cost per agent, as the gateway recorded them. */
+function renderUsage(usage: [string, TrialUsage][]): string {
+  const header = ['agent', 'llm calls', 'input tokens', 'cached', 'output tokens', 'cost (USD)'];
+  const rows = usage.map(([agent, u]) => [
+    agent,
+    String(u.n_llm_calls),
+    String(u.input_tokens),
+    String(u.cached_tokens),
+    String(u.output_tokens),
+    u.cost_usd === null ? `unknown: ${u.cost_unknown_reason ?? 'no price'}` : u.cost_usd.toFixed(4),
+  ]);
+  return table([header, ...rows]);
 }
 
 function formatNumber(value: number | undefined): string {

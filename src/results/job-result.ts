@@ -1,6 +1,8 @@
 import type { JobStats, RewardMetrics } from './job-stats';
 import { finishedCount, groupMetrics } from './job-stats';
 import type { MetricType } from '../job/schema';
+import type { TrialUsage } from './usage';
+import { addUsage, emptyUsage } from './usage';
 
 /** `<job>/result.json`, rewritten as trials finish. Documented in docs/results.md. Pure: the Job workflow builds it. */
 export interface JobResult {
@@ -30,8 +32,12 @@ export interface JobResult {
       n_errors: number;
       /** per reward key, e.g. { "reward": { "n": 4, "mean": 0.5, "ci95": [0.1, 0.9], "pass_at_k": {"1": 0.5, "2": 0.8} } } */
       metrics: Record<string, RewardMetrics>;
+      /** Model usage and cost summed over the group's trials on the gateway; null when none used it. */
+      usage: TrialUsage | null;
     }
   >;
+  /** Model usage and cost per agent, over all datasets (only agents on the gateway). */
+  usage_by_agent: Record<string, TrialUsage>;
 }
 
 export function buildJobResult(input: {
@@ -70,8 +76,18 @@ export function buildJobResult(input: {
           n_scored_trials: group.n_scored,
           n_errors: group.n_errors,
           metrics: groupMetrics(group, input.metrics),
+          usage: group.usage ?? null,
         },
       ])
     ),
+    usage_by_agent: usageByAgent(stats),
   };
+}
+
+function usageByAgent(stats: JobStats): Record<string, TrialUsage> {
+  const out: Record<string, TrialUsage> = {};
+  for (const group of Object.values(stats.groups)) {
+    if (group.usage) out[group.agent] = addUsage(out[group.agent] ?? emptyUsage(), group.usage);
+  }
+  return out;
 }

@@ -6,6 +6,8 @@ import type { MetricType } from '../job/schema';
 import type { TrialErrorType, TrialSummary } from '../trial/types';
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
 import type { TaskTally } from './statistics';
+import type { TrialUsage } from './usage';
+import { addUsage, emptyUsage } from './usage';
 import { PASS_VALUE, meanEstimate, passAtKByK } from './statistics';
 
 export interface RewardAccumulator {
@@ -33,6 +35,8 @@ export interface GroupStats {
   n_unrewarded?: number;
   /** Per task name: what the interval and pass@k need (a few numbers per task, never per trial). */
   tasks?: Record<string, TaskStats>;
+  /** Model usage summed over the group's trials that used the gateway (every trial: tokens were spent). */
+  usage?: TrialUsage;
 }
 
 /** What each reward key reports in the job result (docs/results.md). */
@@ -86,6 +90,7 @@ export function addTrial(stats: JobStats, trial: TrialSummary): JobStats {
     rewards: {},
   });
   group.n_trials += 1;
+  if (trial.usage) group.usage = addUsage(group.usage ?? emptyUsage(), trial.usage);
   const errorType = trial.error?.type;
   if (errorType) {
     stats.errors_by_type[errorType] = (stats.errors_by_type[errorType] ?? 0) + 1;

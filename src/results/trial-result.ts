@@ -1,3 +1,4 @@
+import type { TrialUsage } from './usage';
 import type {
   AgentInfo,
   BuiltImage,
@@ -41,6 +42,8 @@ export interface TrialResult {
   cleanup_errors?: CleanupError[];
   /** How many times job.yaml `retry` ran the trial again after a task error it names. */
   retries?: number;
+  /** Model calls, tokens and cost recorded by the gateway; null when the agent did not use it. */
+  usage?: TrialUsage | null;
 }
 
 export function summaryFromResult(spec: TrialSpec, result: TrialResult, builtImages: BuiltImage[]): TrialSummary {

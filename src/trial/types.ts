@@ -4,6 +4,7 @@
  */
 import { API_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType } from '../job/schema';
+import type { TrialUsage } from '../results/usage';
 
 export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
 export type StepName = (typeof STEPS)[number];
@@ -128,6 +129,8 @@ export interface TrialSummary {
   /** Every image the trial built, on each host it ran on (a restarted trial may have built on several). */
   builtImages?: BuiltImage[];
   envKey: string;
+  /** Model usage recorded by the gateway; absent when the agent did not use it (or before Rollout recorded it). */
+  usage?: TrialUsage | null;
 }
 
 export interface BuiltImage {

@@ -1,0 +1,57 @@
+/**
+ * A trial's model usage and cost, from the gateway's records: the authority for tokens (agents' own logs miss
+ * sub-agents, retries and side calls). Cost comes from the price table; a model it does not know makes the cost
+ * null, with the reason, rather than a guess. Pure sums (addUsage) are used by the Job workflow too.
+ */
+import type { LlmCallRecord } from '../gateway/records';
+import { callCost, priceOf } from '../gateway/prices';
+
+export interface TrialUsage {
+  n_llm_calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  cost_usd: number | null;
+  /** Why cost_usd is null. */
+  cost_unknown_reason?: string;
+}
+
+export function emptyUsage(): TrialUsage {
+  return { n_llm_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 };
+}
+
+/** Adds one model call (count_tokens and other non-generation calls are not model calls). Mutates `usage`. */
+export function addCall(usage: TrialUsage, call: LlmCallRecord): void {
+  if (call.kind !== 'generate') return;
+  usage.n_llm_calls += 1;
+  if (!call.usage) return;
+  usage.input_tokens += call.usage.input_tokens;
+  usage.output_tokens += call.usage.output_tokens;
+  usage.cached_tokens += call.usage.cached_tokens;
+  const price = call.model ? priceOf(call.model) : null;
+  if (!price) {
+    usage.cost_usd = null;
+    usage.cost_unknown_reason ??= call.model
+      ? `no price for model "${call.model}" in src/gateway/prices.ts`
+      : 'a call named no model';
+  } else if (usage.cost_usd !== null) usage.cost_usd = roundUsd(usage.cost_usd + callCost(price, call.usage));
+}
+
+/** Dollars to 1e-8 (a hundredth of a cent per million calls): sums without float noise. */
+function roundUsd(value: number): number {
+  return Math.round(value * 1e8) / 1e8;
+}
+
+/** Sums of usages (a job's per-agent totals): the cost stays null once one part's is unknown. Mutates `total`. */
+export function addUsage(total: TrialUsage, part: TrialUsage): TrialUsage {
+  total.n_llm_calls += part.n_llm_calls;
+  total.input_tokens += part.input_tokens;
+  total.output_tokens += part.output_tokens;
+  total.cached_tokens += part.cached_tokens;
+  if (total.cost_usd !== null && part.cost_usd !== null) total.cost_usd = roundUsd(total.cost_usd + part.cost_usd);
+  else {
+    total.cost_usd = null;
+    total.cost_unknown_reason ??= part.cost_unknown_reason;
+  }
+  return total;
+}
