@@ -7,7 +7,7 @@ import { builtinModules } from 'node:module';
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'jobs/**', 'bin/**', 'scripts/**', 'eslint.config.mjs'] },
+  { ignores: ['dist/**', 'node_modules/**', '.venv-*/**', 'jobs/**', 'bin/**', 'scripts/**', 'eslint.config.mjs'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   prettier,
