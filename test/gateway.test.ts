@@ -304,7 +304,7 @@ describe('model gateway', () => {
       );
       const reader = res.body!.getReader();
       const first = await reader.read();
-      assert.match(Buffer.from(first.value).toString(), /"content":"a"/);
+      assert.match(Buffer.from(first.value ?? []).toString(), /"content":"a"/);
       release();
       let rest = '';
       for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
