@@ -78,6 +78,7 @@ function runOn(environment: DockerEnvironment, handle: EnvironmentHandle): Agent
     handle,
     task: {} as Task, // installs do not read the task
     env: {},
+    gateway: null,
     timeoutMs: INSTALL_TIMEOUT_MS,
     signal: new AbortController().signal,
     agentLogsDir: '/nonexistent',
