@@ -1,0 +1,32 @@
+/** The Node versions package.json promises are ones every installed dependency accepts (no EBADENGINE on install). */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+
+import semver from 'semver';
+
+import { REPO_ROOT } from './support/temporal';
+
+interface LockFile {
+  packages: Record<string, { engines?: { node?: string } | string[]; dev?: boolean; optional?: boolean }>;
+}
+
+describe('engines', () => {
+  it('every dependency in the lock file accepts the oldest Node that package.json allows', () => {
+    const manifest = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as {
+      engines: { node: string };
+    };
+    const oldest = semver.minVersion(manifest.engines.node);
+    assert.ok(oldest, `package.json engines.node is not a range: ${manifest.engines.node}`);
+    const lock = JSON.parse(readFileSync(path.join(REPO_ROOT, 'package-lock.json'), 'utf8')) as LockFile;
+    const refusing = Object.entries(lock.packages)
+      .filter(([name, entry]) => name !== '' && !Array.isArray(entry.engines) && entry.engines?.node)
+      .filter(([, entry]) => {
+        const range = (entry.engines as { node: string }).node;
+        return !semver.satisfies(oldest, range, { includePrerelease: true });
+      })
+      .map(([name, entry]) => `${name} needs node ${(entry.engines as { node: string }).node}`);
+    assert.deepEqual(refusing, [], `Node ${oldest.version} (package.json) is refused by:\n${refusing.join('\n')}`);
+  });
+});
