@@ -230,6 +230,9 @@ export class DockerEnvironment implements Environment {
   async start(request: StartRequest): Promise<StartResult> {
     await this.removeTrial(request.trialId); // a container of an earlier, crashed attempt
     const imageConfig = (await this.docker.getImage(request.image).inspect()).Config;
+    // An install snapshot is committed from one of our containers, so it may carry our keep-alive as its ENTRYPOINT:
+    // that is no entrypoint of the task's (adding `sleep infinity` as the command again would make PID 1 exit).
+    const entrypoint = isKeepAlive(imageConfig?.Entrypoint) ? [] : (imageConfig?.Entrypoint ?? []);
     const workdir = request.workdir ?? (imageConfig?.WorkingDir || '/');
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId),
@@ -237,9 +240,7 @@ export class DockerEnvironment implements Environment {
       // Without an ENTRYPOINT, PID 1 only keeps the container alive, so killing every other process (a timeout)
       // leaves it standing; no init, it would be PID 1 and its child `sleep` would die with the rest. With one, it
       // runs as Harbor runs it (tasks start services there) and only the command that keeps the container up is ours.
-      ...(imageConfig?.Entrypoint?.length
-        ? { Cmd: ['sleep', 'infinity'] }
-        : { Entrypoint: ['sleep', 'infinity'], Cmd: [] }),
+      ...(entrypoint.length ? { Cmd: [...KEEP_ALIVE] } : { Entrypoint: [...KEEP_ALIVE], Cmd: [] }),
       WorkingDir: workdir,
       Env: envList(request.env),
       Labels: {
@@ -735,4 +736,11 @@ function runCommand(
     });
     child.once('close', (code) => resolve(code ?? -1));
   });
+}
+
+/** The command that keeps a trial's container up. */
+const KEEP_ALIVE = ['sleep', 'infinity'] as const;
+
+function isKeepAlive(entrypoint: string[] | string | undefined): boolean {
+  return Array.isArray(entrypoint) && entrypoint.join(' ') === KEEP_ALIVE.join(' ');
 }
