@@ -2,29 +2,37 @@
  * Durability for real: SIGKILL the CLI (and its in-process worker) mid-job, restart the Temporal server (and, on
  * the PostgreSQL-backed cluster, PostgreSQL), restart the Docker daemon, cancel a job and resume it. Each time the
  * job must finish with every trial run exactly once to completion, finished trials untouched, and no container with
- * Rollout's labels left.
+ * Rollout's labels left. Docker-wise the suite runs on a private daemon (support/private-dockerd.ts): crashing the
+ * host's would take every other Rollout user's containers down with it.
  */
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, openSync } from 'node:fs';
-import { readFile, readdir, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import type { Client, Connection } from '@temporalio/client';
-import Docker from 'dockerode';
 
 import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli, workspace, writeOracleJob } from './support/cli';
 import { runningTrialSteps } from '../src/cli/inspect';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
-import { TEST_SERVER_KIND, startTestServer, stopTestServer, testCluster, testTemporal } from './support/temporal';
+import { type PrivateDockerd, startPrivateDockerd } from './support/private-dockerd';
+import {
+  TEST_SERVER,
+  TEST_SERVER_KIND,
+  startTestServer,
+  stopTestServer,
+  testCluster,
+  testTemporal,
+} from './support/temporal';
 import { waitFor } from './support/wait';
 
 let client: Client;
 let connection: Connection;
+let dockerd: PrivateDockerd;
 const jobNames: string[] = [];
 
 async function slowJob(attempts: number, concurrency: number): Promise<{ dir: string; name: string; jobDir: string }> {
@@ -66,11 +74,13 @@ async function assertAllRewarded(
 
 describe('durability', () => {
   before(async () => {
+    dockerd = await startPrivateDockerd(TEST_SERVER.port);
     ({ client, connection } = await testTemporal());
   });
   after(async () => {
     await connection.close();
     for (const name of jobNames) await removeJobLeftovers(name);
+    await dockerd.stop();
   });
 
   it('finishes a job after SIGKILL of the CLI: finished trials untouched, in-flight ones restarted cleanly', async () => {
@@ -102,7 +112,7 @@ describe('durability', () => {
     assert.equal(await trialExecutions(name), 6, 'nothing ran again');
     // …and runs only a trial whose result is gone.
     const lost = [...after.keys()][0]!;
-    execFileSync('rm', [path.join(jobDir, lost, 'result.json')]);
+    await rm(path.join(jobDir, lost, 'result.json'));
     const rerun = await runCli(['job.yaml'], { cwd: dir });
     assert.equal(rerun.code, 0, rerun.stderr);
     const final = await assertAllRewarded(jobDir, 6);
@@ -155,7 +165,7 @@ describe('durability', () => {
     await waitFor('a running agent', async () =>
       (await runningTrialSteps(client, name)).some((trial) => trial.step === 'execute')
     );
-    await restartDockerDaemon();
+    await dockerd.crashAndRestart();
     const run = await cli.output;
     assert.equal(run.code, 0, run.stderr);
     const all = await assertAllRewarded(jobDir, 4);
@@ -215,29 +225,3 @@ describe('durability', () => {
     for (const [trial, { text }] of done) if (trial !== victim) assert.equal(after.get(trial)?.text, text);
   });
 });
-
-/** Stops dockerd (its containers die with it) and starts it again, as a crash and a restart would. */
-async function restartDockerDaemon(): Promise<void> {
-  const pid = Number(execFileSync('pidof', ['dockerd']).toString().trim().split(' ')[0]);
-  process.kill(pid, 'SIGKILL');
-  await waitFor('dockerd to exit', () => {
-    try {
-      process.kill(pid, 0);
-      return false;
-    } catch {
-      return true;
-    }
-  });
-  const log = openSync('/var/log/rollout-dockerd.log', 'a');
-  spawn('dockerd', [], { detached: true, stdio: ['ignore', log, log] }).unref();
-  const docker = new Docker();
-  await waitFor(
-    'dockerd to answer',
-    () =>
-      docker.ping().then(
-        () => true,
-        () => false
-      ),
-    60_000
-  );
-}

@@ -5,22 +5,23 @@ import Docker from 'dockerode';
 
 import { LABEL_JOB } from '../../src/environments/environment';
 
-const docker = new Docker();
+/** A client per call: it reads DOCKER_HOST then, so a test that moves to a private daemon is followed. */
+const engine = (): Docker => new Docker();
 
 export async function containersOfJob(jobName: string): Promise<Docker.ContainerInfo[]> {
-  return docker.listContainers({ all: true, filters: { label: [`${LABEL_JOB}=${jobName}`] } });
+  return engine().listContainers({ all: true, filters: { label: [`${LABEL_JOB}=${jobName}`] } });
 }
 
 export async function imagesOfJob(jobName: string): Promise<Docker.ImageInfo[]> {
-  return docker.listImages({ filters: { label: [`${LABEL_JOB}=${jobName}`] } });
+  return engine().listImages({ filters: { label: [`${LABEL_JOB}=${jobName}`] } });
 }
 
 export async function removeJobLeftovers(jobName: string): Promise<void> {
   for (const container of await containersOfJob(jobName)) {
-    await docker.getContainer(container.Id).remove({ force: true });
+    await engine().getContainer(container.Id).remove({ force: true });
   }
   for (const image of await imagesOfJob(jobName)) {
-    await docker
+    await engine()
       .getImage(image.Id)
       .remove({ force: true })
       .catch(() => undefined);
@@ -29,7 +30,7 @@ export async function removeJobLeftovers(jobName: string): Promise<void> {
 
 /** The host's address as containers on the default bridge network see it (where a test's servers listen). */
 export async function dockerHostAddress(): Promise<string> {
-  const bridge = (await docker.getNetwork('bridge').inspect()) as { IPAM?: { Config?: { Gateway?: string }[] } };
+  const bridge = (await engine().getNetwork('bridge').inspect()) as { IPAM?: { Config?: { Gateway?: string }[] } };
   const gateway = bridge.IPAM?.Config?.find((config) => config.Gateway)?.Gateway;
   if (gateway) return gateway;
   const docker0 = networkInterfaces().docker0?.find((address) => address.family === 'IPv4');
