@@ -48,6 +48,8 @@ export function startEnvironment(deps: ActivityDeps) {
           resources: spec.resources,
           env: containerEnv(deps, task, spec.environmentType),
           workdir: task.config.environment.workdir,
+          environmentDir: path.join(task.dir, 'environment'),
+          envKey: spec.envKey,
         });
         await uploadInstruction(environment, result.handle, task.instruction);
         const caBundle = containerCaBundle(deps, spec.environmentType);

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -33,6 +32,16 @@ import {
   LABEL_WORKER,
   TaskEnvironmentError,
 } from './environment';
+import { LineTail, runCommand } from './cli-command';
+import {
+  buildSidecars,
+  composeUp,
+  LABEL_COMPOSE_PROJECT,
+  LABEL_COMPOSE_SERVICE,
+  mainContainerFilter,
+  projectName,
+  taskComposeFile,
+} from './docker-compose';
 import type { CollectBudget } from './host-files';
 import { extractArchive } from './host-files';
 
@@ -119,7 +128,12 @@ export class DockerEnvironment implements Environment {
     for (;;) {
       const inFlight = this.builds.get(key);
       if (!inFlight) {
-        const result = this.resolveImage(request, hasDockerfile).finally(() => this.builds.delete(key));
+        const result = this.resolveImage(request, hasDockerfile)
+          .then(async (resolved) => {
+            await this.buildSidecars(request);
+            return resolved;
+          })
+          .finally(() => this.builds.delete(key));
         this.builds.set(key, { result, signal: request.signal });
         return result;
       }
@@ -163,12 +177,7 @@ export class DockerEnvironment implements Environment {
   private async buildImage(request: BuildRequest, tag: string): Promise<void> {
     const { signal, timeout } = stepSignal(request);
     const output = new LineTail(BUILD_OUTPUT_LINES, request.onOutput);
-    const labels = {
-      [LABEL_JOB]: request.jobName,
-      [LABEL_ENV_KEY]: request.envKey,
-      [LABEL_HOST]: this.owner.hostId,
-      [LABEL_DEPLOYMENT]: this.owner.deployment,
-    };
+    const labels = this.imageLabelsOf(request);
     const args = ['buildx', 'build', '--load', '--progress=plain', '--tag', tag];
     for (const [key, value] of Object.entries(labels)) args.push('--label', `${key}=${value}`);
     const exitCode = await runCommand('docker', [...args, request.contextDir], {
@@ -188,6 +197,43 @@ export class DockerEnvironment implements Environment {
       throw new Error('docker buildx is not installed on this worker (scripts/setup.sh installs it)');
     }
     throw new TaskEnvironmentError('EnvironmentBuildError', output.text() || `docker buildx build exited ${exitCode}`);
+  }
+
+  /**
+   * The images of a docker-compose.yaml's services that have a `build` section, once per environment key (each
+   * tagged after the main image's key); rebuilt with force_build.
+   */
+  private async buildSidecars(request: BuildRequest): Promise<void> {
+    const composeFile = await taskComposeFile(request.contextDir);
+    if (!composeFile) return;
+    const { signal, timeout } = stepSignal(request);
+    const mainTag = imageTag(request.envKey);
+    try {
+      await buildSidecars(composeFile, mainTag, this.imageLabelsOf(request), {
+        dockerHost: this.dockerHost(),
+        signal,
+        onOutput: request.onOutput,
+        isBuilt: async (image) => {
+          const labels = await this.imageLabels(image);
+          return labels !== undefined && (!request.force || labels[LABEL_JOB] === request.jobName);
+        },
+      });
+    } catch (err) {
+      request.signal?.throwIfAborted();
+      if (timeout.aborted) {
+        throw new TaskEnvironmentError('EnvironmentBuildError', `build exceeded ${request.timeoutMs / 1000} s`);
+      }
+      throw err;
+    }
+  }
+
+  private imageLabelsOf(request: BuildRequest): Record<string, string> {
+    return {
+      [LABEL_JOB]: request.jobName,
+      [LABEL_ENV_KEY]: request.envKey,
+      [LABEL_HOST]: this.owner.hostId,
+      [LABEL_DEPLOYMENT]: this.owner.deployment,
+    };
   }
 
   /** The daemon this environment talks to, as the docker CLI names it. */
@@ -234,24 +280,46 @@ export class DockerEnvironment implements Environment {
     // that is no entrypoint of the task's (adding `sleep infinity` as the command again would make PID 1 exit).
     const entrypoint = isKeepAlive(imageConfig?.Entrypoint) ? [] : (imageConfig?.Entrypoint ?? []);
     const workdir = request.workdir ?? (imageConfig?.WorkingDir || '/');
+    // Without an ENTRYPOINT, PID 1 only keeps the container alive, so killing every other process (a timeout)
+    // leaves it standing; no init, it would be PID 1 and its child `sleep` would die with the rest. With one, it
+    // runs as Harbor runs it (tasks start services there) and only the command that keeps the container up is ours.
+    const keepAlive = entrypoint.length ? { Cmd: [...KEEP_ALIVE] } : { Entrypoint: [...KEEP_ALIVE], Cmd: [] };
+    const labels = {
+      [LABEL_JOB]: request.jobName,
+      [LABEL_TRIAL]: request.trialId,
+      [LABEL_HOST]: this.owner.hostId,
+      [LABEL_WORKER]: request.workerId,
+      [LABEL_DEPLOYMENT]: this.owner.deployment,
+    };
+    const nanoCpus = await this.nanoCpus(request.resources.cpus);
+    const composeFile = request.environmentDir ? await taskComposeFile(request.environmentDir) : null;
+    if (composeFile) {
+      const main = {
+        image: request.image,
+        entrypoint: keepAlive.Entrypoint,
+        command: keepAlive.Cmd,
+        working_dir: workdir,
+        environment: request.env,
+        cpus: nanoCpus / 1e9,
+        mem_limit: Math.round(request.resources.memoryBytes),
+        memswap_limit: Math.round(request.resources.memoryBytes),
+        pids_limit: request.resources.pidsLimit,
+      };
+      const id = await this.startCompose(request, composeFile, main, labels);
+      const handle = { id, workdir };
+      await this.makeLogFolders(handle);
+      // Compose's storage_opt fails as --storage-opt does on overlay2 without quotas; not tried.
+      return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
+    }
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId),
       Image: request.image,
-      // Without an ENTRYPOINT, PID 1 only keeps the container alive, so killing every other process (a timeout)
-      // leaves it standing; no init, it would be PID 1 and its child `sleep` would die with the rest. With one, it
-      // runs as Harbor runs it (tasks start services there) and only the command that keeps the container up is ours.
-      ...(entrypoint.length ? { Cmd: [...KEEP_ALIVE] } : { Entrypoint: [...KEEP_ALIVE], Cmd: [] }),
+      ...keepAlive,
       WorkingDir: workdir,
       Env: envList(request.env),
-      Labels: {
-        [LABEL_JOB]: request.jobName,
-        [LABEL_TRIAL]: request.trialId,
-        [LABEL_HOST]: this.owner.hostId,
-        [LABEL_WORKER]: request.workerId,
-        [LABEL_DEPLOYMENT]: this.owner.deployment,
-      },
+      Labels: labels,
       HostConfig: {
-        NanoCpus: await this.nanoCpus(request.resources.cpus),
+        NanoCpus: nanoCpus,
         Memory: Math.round(request.resources.memoryBytes),
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
         PidsLimit: request.resources.pidsLimit,
@@ -262,6 +330,38 @@ export class DockerEnvironment implements Environment {
     const handle = { id: container.id, workdir };
     await this.makeLogFolders(handle);
     return { handle, unenforced };
+  }
+
+  /**
+   * A compose project for the trial: its `main` service is the trial's container, every service healthy before
+   * this returns; returns main's container id. Whatever a failed start left is removed.
+   */
+  private async startCompose(
+    request: StartRequest,
+    composeFile: string,
+    main: Record<string, unknown>,
+    labels: Record<string, string>
+  ): Promise<string> {
+    const project = projectName(request.trialName, request.trialId);
+    try {
+      await composeUp(
+        {
+          composeFile,
+          project,
+          main,
+          mainImageTag: imageTag(request.envKey ?? ''),
+          labels,
+          waitTimeoutSec: COMPOSE_WAIT_TIMEOUT_SEC,
+        },
+        { dockerHost: this.dockerHost(), signal: AbortSignal.timeout(COMPOSE_WAIT_TIMEOUT_SEC * 1000 + 60_000) }
+      );
+      const [container] = await this.docker.listContainers({ filters: { label: mainContainerFilter(project) } });
+      if (!container) throw new TaskEnvironmentError('EnvironmentStartError', `compose project ${project}: no main`);
+      return container.Id;
+    } catch (err) {
+      await this.removeTrial(request.trialId);
+      throw err;
+    }
   }
 
   /** Docker refuses a limit above the host's CPU count; a task asking for more gets all of them. */
@@ -411,8 +511,21 @@ export class DockerEnvironment implements Environment {
 
   async remove(handle: EnvironmentHandle): Promise<void> {
     this.shells.delete(handle.id);
+    // A compose service is part of its trial's environment: all of it (sidecars, network, volumes) goes.
+    const info = await ignoreMissing(this.docker.getContainer(handle.id).inspect());
+    const labels = info?.Config.Labels ?? {};
+    const trialId = labels[LABEL_TRIAL];
+    if (labels[LABEL_COMPOSE_PROJECT] && trialId && labels[LABEL_DEPLOYMENT] === this.owner.deployment) {
+      await this.removeTrial(trialId);
+      return;
+    }
+    await this.removeContainer(handle.id);
+  }
+
+  private async removeContainer(id: string): Promise<void> {
+    this.shells.delete(id);
     try {
-      await this.docker.getContainer(handle.id).remove({ force: true, v: true });
+      await this.docker.getContainer(id).remove({ force: true, v: true });
     } catch (err) {
       if (![404, 409].includes(statusCode(err) ?? 0)) throw err; // gone, or its removal already under way
     }
@@ -423,7 +536,14 @@ export class DockerEnvironment implements Environment {
       all: true,
       filters: this.ownedBy(`${LABEL_TRIAL}=${trialId}`),
     });
-    for (const container of containers) await this.remove({ id: container.Id, workdir: '/' });
+    for (const container of containers) await this.removeContainer(container.Id);
+    // A compose project's network and volumes, once no container uses them.
+    const owned = { filters: this.ownedBy(`${LABEL_TRIAL}=${trialId}`) };
+    for (const network of await this.docker.listNetworks(owned)) {
+      await ignoreMissing(this.docker.getNetwork(network.Id).remove());
+    }
+    const { Volumes: volumes } = await this.docker.listVolumes(owned);
+    for (const volume of volumes ?? []) await ignoreMissing(this.docker.getVolume(volume.Name).remove());
     return containers.length;
   }
 
@@ -496,6 +616,11 @@ export class DockerEnvironment implements Environment {
       // Its install snapshots (built on top of it) go with it.
       const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${info.Id}`] } });
       for (const snapshot of snapshots) if (!(await this.removeTag(snapshot.Id))) return false;
+      // So do the images of its compose services.
+      const sidecars = await this.docker.listImages({
+        filters: { label: [`${LABEL_ENV_KEY}=${labels[LABEL_ENV_KEY] ?? ''}`, LABEL_COMPOSE_SERVICE] },
+      });
+      for (const sidecar of sidecars) if (!(await this.removeTag(sidecar.Id))) return false;
       // The base tag first: the reference then keeps the image until no container uses it.
       await this.removeTag(base);
     }
@@ -661,29 +786,6 @@ class OutputTail extends Writable {
   }
 }
 
-/** The last lines of build output, each also passed on as it arrives. */
-class LineTail {
-  private readonly lines: string[] = [];
-
-  constructor(
-    private readonly limit: number,
-    private readonly onLine?: (line: string) => void
-  ) {}
-
-  add(text: string): void {
-    for (const line of text.split('\n')) {
-      if (!line.trim()) continue;
-      this.lines.push(line);
-      if (this.lines.length > this.limit) this.lines.shift();
-      this.onLine?.(line);
-    }
-  }
-
-  text(): string {
-    return this.lines.join('\n');
-  }
-}
-
 /** A tar of a host folder (or of some entries of it), as the Docker API takes it. */
 function packed(dir: string, entries?: string[]): NodeJS.ReadableStream {
   // tar-fs streams are streamx streams: pipe-compatible with Node's, which is all dockerode does with them.
@@ -702,6 +804,16 @@ async function isFile(file: string): Promise<boolean> {
   return (await stat(file).catch(() => undefined))?.isFile() ?? false;
 }
 
+/** The promise's value, or undefined when what it reads or removes is not there (404). */
+async function ignoreMissing<T>(promise: Promise<T>): Promise<T | undefined> {
+  try {
+    return await promise;
+  } catch (err) {
+    if (statusCode(err) === 404) return undefined;
+    throw err;
+  }
+}
+
 function statusCode(err: unknown): number | undefined {
   return (err as { statusCode?: number } | undefined)?.statusCode;
 }
@@ -715,28 +827,8 @@ function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
 }
 
-/** Runs a CLI to its end: its exit code (-1 when it could not start or was killed), output streamed line-wise. */
-function runCommand(
-  command: string,
-  args: string[],
-  options: { signal: AbortSignal; env: Record<string, string>; onOutput: (text: string) => void }
-): Promise<number> {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, {
-      env: { ...process.env, ...options.env },
-      signal: options.signal,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const decoder = new StringDecoder('utf8');
-    const take = (chunk: Buffer) => options.onOutput(decoder.write(chunk));
-    child.stdout.on('data', take);
-    child.stderr.on('data', take);
-    child.once('error', (err) => {
-      if (err.name !== 'AbortError') options.onOutput(err.message);
-    });
-    child.once('close', (code) => resolve(code ?? -1));
-  });
-}
+/** How long sidecars may take to become healthy (their own healthcheck's retries usually end it sooner). */
+const COMPOSE_WAIT_TIMEOUT_SEC = 300;
 
 /** The command that keeps a trial's container up. */
 const KEEP_ALIVE = ['sleep', 'infinity'] as const;

@@ -91,6 +91,12 @@ export interface StartRequest {
   env: Record<string, string>;
   /** Working directory override ([environment].workdir); else the image's. */
   workdir?: string;
+  /**
+   * The task's environment/ folder and its content key (as built): a docker-compose.yaml there adds services around
+   * the trial's container (docker only).
+   */
+  environmentDir?: string;
+  envKey?: string;
 }
 
 export interface StartResult {

@@ -21,16 +21,11 @@ const dockerRequirement: EnvironmentRequirement = async ({ dir, config }) => {
   const environmentDir = path.join(dir, 'environment');
   const files = await readdir(environmentDir).catch(() => [] as string[]);
   if (files.includes('Dockerfile') || config.environment.docker_image) return [];
-  const compose = files.find((name) => /^docker-compose\.ya?ml$/.test(name));
-  const problem: Problem = compose
-    ? {
-        file: path.join(environmentDir, compose),
-        message: 'docker-compose environments are not supported yet (the docker environment builds a Dockerfile)',
-      }
-    : {
-        file: path.join(environmentDir, 'Dockerfile'),
-        message:
-          'missing (the docker environment builds environment/Dockerfile, or set environment.docker_image in task.toml)',
-      };
+  // A docker-compose.yaml adds services around `main`, which is still built from the Dockerfile (as in Harbor).
+  const problem: Problem = {
+    file: path.join(environmentDir, 'Dockerfile'),
+    message:
+      'missing (the docker environment builds environment/Dockerfile, or set environment.docker_image in task.toml)',
+  };
   return [problem];
 };

@@ -1,0 +1,236 @@
+/**
+ * Harbor's multi-container tasks: environment/docker-compose.yaml adds services (sidecars) and overrides to a `main`
+ * service, which is the trial's container (the agent and, in shared mode, the verifier run there). A mode of the
+ * docker environment, as in Harbor: the same images, exec, upload and download; only start and clean-up differ. Run
+ * through the real Docker Compose v2 CLI (`docker compose`), one project, and so one network, per trial.
+ */
+import { createHash } from 'node:crypto';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+import { LineTail, runCommand } from './cli-command';
+import { TaskEnvironmentError } from './environment';
+
+/** The service that is the trial's container. */
+export const MAIN_SERVICE = 'main';
+/** On a sidecar's image: the compose service it was built for (removed with the main image of its environment). */
+export const LABEL_COMPOSE_SERVICE = 'rollout.compose-service';
+/** Docker Compose's own labels on what it creates. */
+export const LABEL_COMPOSE_PROJECT = 'com.docker.compose.project';
+const LABEL_COMPOSE_SERVICE_NAME = 'com.docker.compose.service';
+const OUTPUT_LINES = 40;
+
+/** The parts of a resolved compose model (`docker compose config --format json`) Rollout reads or changes. */
+interface ComposeModel {
+  name?: string;
+  services: Record<string, ComposeService>;
+  networks?: Record<string, ComposeResource | null>;
+  volumes?: Record<string, ComposeResource | null>;
+}
+
+interface ComposeService {
+  image?: string;
+  build?: { labels?: Record<string, string> } & Record<string, unknown>;
+  labels?: Record<string, string>;
+  pull_policy?: string;
+  [key: string]: unknown;
+}
+
+interface ComposeResource {
+  external?: boolean;
+  labels?: Record<string, string>;
+  [key: string]: unknown;
+}
+
+/** The task's docker-compose.yaml (or .yml) in its environment/ folder, or null. */
+export async function taskComposeFile(environmentDir: string): Promise<string | null> {
+  const files = await readdir(environmentDir).catch(() => [] as string[]);
+  const name = ['docker-compose.yaml', 'docker-compose.yml'].find((file) => files.includes(file));
+  return name ? path.join(environmentDir, name) : null;
+}
+
+/** Where a sidecar's image is tagged: per environment key, so identical environments share it. */
+export function sidecarImage(mainImageTag: string, service: string): string {
+  return `${mainImageTag}-svc-${service.toLowerCase().replace(/[^a-z0-9_.-]/g, '_')}`;
+}
+
+/** `rollout-<trial name>-<hash of the trial id>`, as compose accepts project names (lowercase). */
+export function projectName(trialName: string, trialId: string): string {
+  const digest = createHash('sha256').update(trialId).digest('hex').slice(0, 8);
+  const readable = trialName
+    .toLowerCase()
+    .replace(/[^a-z0-9_-]/g, '_')
+    .slice(0, 40);
+  return `rollout-${readable}-${digest}`;
+}
+
+export interface ComposeContext {
+  /** DOCKER_HOST for the CLI: the daemon the environment's dockerode talks to. */
+  dockerHost: string;
+  signal: AbortSignal;
+  onOutput?: (line: string) => void;
+}
+
+/**
+ * Builds the images of services with a `build` section (not main, which the docker environment builds from the
+ * task's Dockerfile) that are not built yet, tagged per environment and labelled like Rollout's other images; start
+ * finds them by tag.
+ */
+export async function buildSidecars(
+  composeFile: string,
+  mainImageTag: string,
+  labels: Record<string, string>,
+  context: ComposeContext & { isBuilt: (image: string) => Promise<boolean> }
+): Promise<void> {
+  const model = await resolvedModel(
+    composeFile,
+    `rollout-build-${hash(mainImageTag)}`,
+    { image: mainImageTag },
+    context
+  );
+  const built: [string, ComposeService][] = [];
+  for (const [name, service] of Object.entries(model.services)) {
+    if (name !== MAIN_SERVICE && service.build && !(await context.isBuilt(sidecarImage(mainImageTag, name)))) {
+      built.push([name, service]);
+    }
+  }
+  if (!built.length) return;
+  for (const [name, service] of built) {
+    service.image = sidecarImage(mainImageTag, name);
+    service.build = {
+      ...service.build,
+      labels: { ...service.build?.labels, ...labels, [LABEL_COMPOSE_SERVICE]: name },
+    };
+  }
+  const names = built.map(([name]) => name);
+  const output = await compose(model, ['build', ...names], context);
+  if (output.exitCode !== 0) {
+    throw new TaskEnvironmentError('EnvironmentBuildError', `docker compose build ${names.join(' ')}: ${output.text}`);
+  }
+}
+
+export interface ComposeStart {
+  composeFile: string;
+  project: string;
+  /** The main service as Rollout starts it (image, keep-alive, env, limits, labels), before the task's overrides. */
+  main: Record<string, unknown>;
+  /** The main image's tag before the job's reference was added: sidecars built for it carry it in their tags. */
+  mainImageTag: string;
+  /** Every container, network and volume of the project gets these (ownership, job, trial). */
+  labels: Record<string, string>;
+  waitTimeoutSec: number;
+}
+
+/**
+ * `docker compose up --wait`: every service started, and healthy where it has a healthcheck, before this returns
+ * (depends_on conditions order them). On failure the caller removes the project.
+ */
+export async function composeUp(start: ComposeStart, context: ComposeContext): Promise<void> {
+  const model = await resolvedModel(start.composeFile, start.project, escaped(start.main), context);
+  for (const [name, service] of Object.entries(model.services)) {
+    service.labels = { ...service.labels, ...start.labels };
+    if (name !== MAIN_SERVICE && service.build) {
+      // Built in the build step: start only uses it.
+      service.image = sidecarImage(start.mainImageTag, name);
+      delete service.build;
+    }
+    // No container registry is assumed: an image that is not here is a start error, not a hang on a pull.
+    service.pull_policy = 'never';
+  }
+  for (const resources of [model.networks, model.volumes]) {
+    for (const [name, resource] of Object.entries(resources ?? {})) {
+      if (resource?.external) continue;
+      resources![name] = { ...resource, labels: { ...resource?.labels, ...start.labels } };
+    }
+  }
+  const args = ['up', '--detach', '--wait', '--wait-timeout', `${Math.max(1, Math.floor(start.waitTimeoutSec))}`];
+  const output = await compose(model, args, context);
+  context.signal.throwIfAborted();
+  if (output.exitCode !== 0) {
+    throw new TaskEnvironmentError('EnvironmentStartError', `docker compose up: ${output.text}`);
+  }
+}
+
+/** The label filters that find a project's main container. */
+export function mainContainerFilter(project: string): string[] {
+  return [`${LABEL_COMPOSE_PROJECT}=${project}`, `${LABEL_COMPOSE_SERVICE_NAME}=${MAIN_SERVICE}`];
+}
+
+/** The task's compose file over Rollout's main service, resolved by compose itself (merge, paths, interpolation). */
+async function resolvedModel(
+  composeFile: string,
+  project: string,
+  main: Record<string, unknown>,
+  context: ComposeContext
+): Promise<ComposeModel> {
+  const base = { services: { [MAIN_SERVICE]: main } };
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
+  try {
+    const baseFile = path.join(dir, 'rollout-main.json');
+    await writeFile(baseFile, JSON.stringify(base));
+    const projectDir = path.dirname(composeFile);
+    const args = ['-p', project, '--project-directory', projectDir, '-f', baseFile, '-f', composeFile];
+    let stdout = '';
+    const tail = new LineTail(OUTPUT_LINES);
+    const exitCode = await runCommand('docker', ['compose', ...args, 'config', '--format', 'json'], {
+      signal: context.signal,
+      env: { DOCKER_HOST: context.dockerHost },
+      onOutput: (text) => tail.add(text),
+      onStdout: (text) => (stdout += text),
+    });
+    context.signal.throwIfAborted();
+    if (exitCode !== 0) {
+      throw new TaskEnvironmentError('EnvironmentStartError', `${composeFile}: ${composeMessage(tail.text())}`);
+    }
+    return JSON.parse(stdout) as ComposeModel;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Runs `docker compose <args>` over a resolved model (written to a file of its own). */
+async function compose(
+  model: ComposeModel,
+  args: string[],
+  context: ComposeContext
+): Promise<{ exitCode: number; text: string }> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
+  try {
+    const file = path.join(dir, 'compose.json');
+    await writeFile(file, JSON.stringify(model));
+    const tail = new LineTail(OUTPUT_LINES, context.onOutput);
+    const project = model.name ? ['-p', model.name] : [];
+    const exitCode = await runCommand('docker', ['compose', ...project, '-f', file, ...args], {
+      signal: context.signal,
+      env: { DOCKER_HOST: context.dockerHost },
+      onOutput: (text) => tail.add(text),
+    });
+    if (exitCode !== 0 && /'compose' is not a docker command|unknown command: docker compose/.test(tail.text())) {
+      throw new Error('docker compose (v2) is not installed on this worker (scripts/setup.sh installs it)');
+    }
+    return { exitCode, text: composeMessage(tail.text()) };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Compose's own error lines when it printed some, else its last lines. */
+function composeMessage(output: string): string {
+  const errors = output.split('\n').filter((line) => /error|invalid|unhealthy|failed|not found/i.test(line));
+  return (errors.length ? errors.slice(-5) : output.split('\n').slice(-10)).join('\n').trim();
+}
+
+/** Rollout's values reach compose literally: `$` would be interpolated. */
+function escaped<T>(value: T): T {
+  if (typeof value === 'string') return value.replace(/\$/g, '$$$$') as T;
+  if (Array.isArray(value)) return value.map(escaped) as T;
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, inner]) => [key, escaped(inner)])) as T;
+  }
+  return value;
+}
+
+function hash(text: string): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, 12);
+}

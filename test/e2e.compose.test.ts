@@ -1,0 +1,167 @@
+/**
+ * Harbor's multi-container tasks (environment/docker-compose.yaml) through the real Docker Compose v2 CLI: the agent
+ * and the verifier in `main`, a sidecar built from the task and healthy before the agent starts, one project per
+ * trial, everything labelled for the janitor and removed at cleanup.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import Docker from 'dockerode';
+
+import { DockerEnvironment } from '../src/environments/docker';
+import { LABEL_COMPOSE_PROJECT } from '../src/environments/docker-compose';
+import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL } from '../src/environments/environment';
+import { TaskEnvironmentError } from '../src/environments/environment';
+import { environmentKey } from '../src/environments/env-key';
+import type { TrialResult } from '../src/results/trial-result';
+import type { CliRun } from './support/cli';
+import { runCli, writeOracleJob } from './support/cli';
+import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
+import { REPO_ROOT, TEST_HOST_ID, testTemporal } from './support/temporal';
+
+const docker = new Docker();
+const FIXTURE = path.join(REPO_ROOT, 'test', 'fixtures', 'harbor-tasks', 'compose-sidecar');
+const jobName = `compose-${randomBytes(3).toString('hex')}`;
+const ownedByJob = { filters: { label: [`${LABEL_JOB}=${jobName}`] } };
+let dir: string;
+let run: CliRun;
+
+describe('docker-compose environments (Docker Compose v2 CLI)', () => {
+  before(async () => {
+    await testTemporal().then(({ connection }) => connection.close());
+    dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
+    await cp(FIXTURE, path.join(dir, 'tasks', 'compose-sidecar'), { recursive: true });
+    await writeOracleJob(dir, { name: jobName });
+    run = await runCli(['job.yaml'], { cwd: dir });
+  });
+  after(async () => {
+    await removeJobLeftovers(jobName);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('runs the agent and the verifier in main, which reach the sidecar (healthy before the agent)', async () => {
+    assert.equal(run.code, 0, run.stderr);
+    const trialDir = path.join(dir, 'jobs', jobName, 'compose-sidecar__oracle__1');
+    const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    assert.deepEqual(result.rewards, { reward: 1 });
+    // [environment.env] reached main literally ($HOME not interpolated by compose).
+    assert.match(await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8'), /from-main-\$HOME/);
+  });
+
+  it('removes every container, network, volume and image (sidecar images too) of the job', async () => {
+    assert.deepEqual(await containersOfJob(jobName), []);
+    assert.deepEqual(await docker.listNetworks(ownedByJob), []);
+    assert.deepEqual((await docker.listVolumes(ownedByJob)).Volumes ?? [], []);
+    assert.deepEqual(await imagesOfJob(jobName), []);
+  });
+});
+
+describe('docker-compose projects, at the environment level', () => {
+  const envJob = `compose-env-${randomBytes(3).toString('hex')}`;
+  const hostId = `compose-${TEST_HOST_ID}`;
+  const deployment = `compose-test-${TEST_HOST_ID}`;
+  const environment = new DockerEnvironment({ hostId, deployment });
+  const contextDir = path.join(FIXTURE, 'environment');
+  let image: string;
+  let envKey: string;
+  const start = (trial: string, environmentDir = contextDir) =>
+    environment.start({
+      image,
+      jobName: envJob,
+      trialId: `${envJob}/${trial}`,
+      trialName: trial,
+      workerId: `${hostId}~1`,
+      resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 0, pidsLimit: 100 },
+      env: {},
+      environmentDir,
+      envKey,
+    });
+
+  before(async () => {
+    envKey = await environmentKey(contextDir, null);
+    const built = await environment.build({
+      contextDir,
+      envKey,
+      dockerImage: null,
+      force: false,
+      jobName: envJob,
+      timeoutMs: 300_000,
+    });
+    image = built.image;
+  });
+  after(async () => {
+    for (const trial of ['labels', 'unhealthy']) await environment.removeTrial(`${envJob}/${trial}`);
+    await environment.removeImage(image);
+    await removeJobLeftovers(envJob);
+  });
+
+  it('labels every container, network and volume of the project with its owner, job and trial', async () => {
+    const { handle } = await start('labels');
+    const main = await docker.getContainer(handle.id).inspect();
+    const project = main.Config.Labels[LABEL_COMPOSE_PROJECT];
+    assert.ok(project, 'main is a compose container');
+    const byProject = { filters: { label: [`${LABEL_COMPOSE_PROJECT}=${project}`] } };
+    const containers = await docker.listContainers({ all: true, ...byProject });
+    const networks = await docker.listNetworks(byProject);
+    const volumes = (await docker.listVolumes(byProject)).Volumes ?? [];
+    assert.equal(containers.length, 2, 'main and the store sidecar');
+    assert.equal(networks.length, 1, 'one network per trial');
+    assert.equal(volumes.length, 1, 'the store-data volume');
+    const expected = {
+      [LABEL_JOB]: envJob,
+      [LABEL_TRIAL]: `${envJob}/labels`,
+      [LABEL_HOST]: hostId,
+      [LABEL_DEPLOYMENT]: deployment,
+    };
+    for (const labels of [...containers, ...networks, ...volumes].map((item) => item.Labels ?? {})) {
+      for (const [key, value] of Object.entries(expected)) assert.equal(labels[key], value, key);
+    }
+    const held = await environment.heldEnvironments();
+    assert.equal(held.filter((item) => item.trialId === `${envJob}/labels`).length, 2);
+    // The janitor removes one held container: the whole project goes.
+    await environment.remove({ id: containers.find((c) => c.Id !== handle.id)!.Id, workdir: '/' });
+    assert.deepEqual(await docker.listContainers({ all: true, ...byProject }), []);
+    assert.deepEqual(await docker.listNetworks(byProject), []);
+    assert.deepEqual((await docker.listVolumes(byProject)).Volumes ?? [], []);
+  });
+
+  it('a sidecar that never becomes healthy is a start error of the task, and nothing of it is left', async () => {
+    const unhealthyDir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-unhealthy-'));
+    try {
+      await writeFile(
+        path.join(unhealthyDir, 'docker-compose.yaml'),
+        [
+          'services:',
+          '  main:',
+          '    depends_on:',
+          '      never:',
+          '        condition: service_healthy',
+          '  never:',
+          '    image: debian:bookworm-slim',
+          '    command: ["sleep", "infinity"]',
+          '    healthcheck:',
+          '      test: ["CMD", "false"]',
+          '      interval: 1s',
+          '      retries: 2',
+          '',
+        ].join('\n')
+      );
+      await assert.rejects(start('unhealthy', unhealthyDir), (err: unknown) => {
+        assert.ok(err instanceof TaskEnvironmentError, String(err));
+        assert.equal(err.type, 'EnvironmentStartError');
+        assert.match(err.message, /docker compose up: .*unhealthy/s);
+        return true;
+      });
+      const trial = { filters: { label: [`${LABEL_TRIAL}=${envJob}/unhealthy`] } };
+      assert.deepEqual(await docker.listContainers({ all: true, ...trial }), []);
+      assert.deepEqual(await docker.listNetworks(trial), []);
+    } finally {
+      await rm(unhealthyDir, { recursive: true, force: true });
+    }
+  });
+});
