@@ -3,9 +3,11 @@ import path from 'node:path';
 
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { jobFiles } from '../src/results/files';
+import { separateVerifierEnvironment } from '../src/task/schema';
 import type { TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
+import { verifierBuild } from './verify';
 
 export interface BuildInput {
   spec: TrialSpec;
@@ -38,6 +40,13 @@ export function buildEnvironment(deps: ActivityDeps) {
         })
       );
       await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);
+      if (separateVerifierEnvironment(task.config) && spec.environmentType === 'docker') {
+        // Built now rather than in the verify step, whose time limit is the tests'.
+        const verifier = await heartbeating(async (signal) =>
+          deps.environment(spec.environmentType).build(await verifierBuild(spec, task, signal))
+        );
+        await log(spec, 'build', `separate verifier image ${verifier.image}`);
+      }
       return result;
     } catch (err) {
       if (err instanceof TaskEnvironmentError) {

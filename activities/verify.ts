@@ -2,8 +2,15 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import type { Environment } from '../src/environments/environment';
+import { environmentKey } from '../src/environments/env-key';
+import type { BuildRequest, Environment } from '../src/environments/environment';
+import { TaskEnvironmentError } from '../src/environments/environment';
 import { CollectBudget } from '../src/environments/host-files';
+import { jobFiles } from '../src/results/files';
+import type { Task } from '../src/task/load';
+import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
+import type { CollectedArtifact } from '../src/trial/artifacts';
+import { collectArtifacts, placeArtifacts, runCollectHooks } from '../src/trial/artifacts';
 
 import { CONTAINER_PATHS } from '../src/agents/agent';
 import { readReward } from '../src/trial/reward';
@@ -48,39 +55,159 @@ export interface VerifyInput {
 }
 
 /**
- * Step 5: a clean /logs/verifier (whatever the agent wrote there is removed), tests/ copied to /tests, test.sh run
- * from the working directory with its output in /logs/verifier/test-stdout.txt, then the reward read.
+ * Step 5. Shared (the default): a clean /logs/verifier (whatever the agent wrote there is removed), tests/ copied to
+ * /tests, test.sh run from the working directory with its output in /logs/verifier/test-stdout.txt, then the reward
+ * read. Separate (Harbor's `verifier.environment_mode`): the collect hooks run, the artifacts are copied out of the
+ * agent's environment, and test.sh runs in an environment of its own, built from tests/ (which owns /tests), holding
+ * only those artifacts; its /logs/verifier then replaces the agent environment's, where collect finds it.
  */
 export function runVerifier(deps: ActivityDeps) {
   return async function runVerifier({ spec, handle }: VerifyInput): Promise<Rewards> {
     const environment = deps.environment(spec.environmentType);
     const task = await loadTrialTask(spec);
-    const { logs, tests } = CONTAINER_PATHS;
+    const separate = separateVerifierEnvironment(task.config);
     return heartbeating(async (signal) => {
-      const reset = await environment.exec(handle, {
-        command: `rm -rf "${logs}/verifier" "${tests}" && mkdir -p "${logs}/verifier" "${tests}"`,
-        user: '0',
-        signal,
-      });
-      if (reset.exitCode !== 0) throw new Error(`could not reset /logs/verifier: ${reset.stderr.trim()}`);
-      await environment.upload(handle, path.join(task.dir, 'tests'), '/tests');
-
-      const run = await environment.exec(handle, {
-        command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
-        env: resolveWorkerEnv(task.config.verifier.env),
-        timeoutMs: spec.timeouts.verify * 1000,
-        signal,
-      });
-      await log(spec, 'verify', run.timedOut ? 'tests/test.sh timed out' : `tests/test.sh exit ${run.exitCode}`);
-      if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${spec.timeouts.verify} s`);
-
-      const reward = readReward(await downloadRewardFiles(environment, handle));
-      if ('error' in reward) {
-        await log(spec, 'verify', `${reward.error}: ${reward.message}`);
-        throw taskFailure(reward.error, reward.message);
+      const collect = async () => {
+        const report = (message: string) => log(spec, 'verify', message);
+        await runCollectHooks(environment, handle, task.config.verifier.collect, signal, report);
+        const artifactsDir = path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'artifacts');
+        const budget = new CollectBudget(spec.collectLimits);
+        return collectArtifacts(environment, handle, task.config.artifacts, artifactsDir, budget);
+      };
+      if (!separate) {
+        await resetVerifierLogs(environment, handle, signal, true);
+        await environment.upload(handle, path.join(task.dir, 'tests'), '/tests');
+        const rewards = await test(environment, handle, spec, task, signal);
+        // Harbor collects them after verification in shared mode.
+        if (task.config.artifacts.length || task.config.verifier.collect.length) await collect();
+        return rewards;
       }
-      await log(spec, 'verify', `rewards ${JSON.stringify(reward.rewards)}`);
-      return reward.rewards;
+      const collected = await collect();
+      return verifySeparately(deps, environment, { spec, handle }, task, collected, signal);
     });
   };
+}
+
+async function verifySeparately(
+  deps: ActivityDeps,
+  environment: Environment,
+  { spec, handle }: VerifyInput,
+  task: Task,
+  collected: CollectedArtifact[],
+  signal: AbortSignal
+): Promise<Rewards> {
+  const config = separateVerifierEnvironment(task.config)!;
+  if (!environment.snapshots) {
+    // Only an environment that builds images can build the verifier's from tests/.
+    throw taskFailure('EnvironmentStartError', `separate verifier environments need docker, not ${environment.type}`);
+  }
+  let verifier: EnvironmentHandle;
+  try {
+    const { image } = await environment.build(await verifierBuild(spec, task, signal));
+    const resources = taskResources(config);
+    ({ handle: verifier } = await environment.start({
+      image,
+      jobName: spec.jobName,
+      trialId: spec.trialId,
+      trialName: spec.trialName,
+      workerId: deps.hostId,
+      resources,
+      env: resolveWorkerEnv(config.env),
+      workdir: config.workdir,
+      role: 'verifier',
+    }));
+  } catch (err) {
+    if (err instanceof TaskEnvironmentError)
+      throw taskFailure(err.type, `separate verifier environment: ${err.message}`);
+    throw err;
+  }
+  try {
+    await log(
+      spec,
+      'verify',
+      `separate verifier environment ${verifier.id.slice(0, 12)} with ${collected.length} artifact(s)`
+    );
+    await placeArtifacts(environment, verifier, collected);
+    const rewards = await test(environment, verifier, spec, task, signal);
+    await copyVerifierLogs(environment, verifier, handle, signal);
+    return rewards;
+  } finally {
+    await environment.remove(verifier);
+  }
+}
+
+/** The build of a separate verifier's image (from tests/), as a part of the trial's main image. */
+export async function verifierBuild(spec: TrialSpec, task: Task, signal?: AbortSignal): Promise<BuildRequest> {
+  const config = separateVerifierEnvironment(task.config)!;
+  const contextDir = path.join(task.dir, 'tests');
+  return {
+    contextDir,
+    envKey: await environmentKey(contextDir, config.docker_image),
+    dockerImage: config.docker_image,
+    force: spec.forceBuild,
+    jobName: spec.jobName,
+    timeoutMs: config.build_timeout_sec * 1000,
+    signal,
+    partOf: spec.envKey,
+  };
+}
+
+async function resetVerifierLogs(
+  environment: Environment,
+  handle: EnvironmentHandle,
+  signal: AbortSignal,
+  withTests: boolean
+): Promise<void> {
+  const { logs, tests } = CONTAINER_PATHS;
+  const folders = withTests ? `"${logs}/verifier" "${tests}"` : `"${logs}/verifier"`;
+  const reset = await environment.exec(handle, {
+    command: `rm -rf ${folders} && mkdir -p ${folders} && chmod 777 "${logs}/verifier"`,
+    user: '0',
+    signal,
+  });
+  if (reset.exitCode !== 0) throw new Error(`could not reset /logs/verifier: ${reset.stderr.trim()}`);
+}
+
+/** Runs tests/test.sh where /tests is and reads the reward. */
+async function test(
+  environment: Environment,
+  handle: EnvironmentHandle,
+  spec: TrialSpec,
+  task: Task,
+  signal: AbortSignal
+): Promise<Rewards> {
+  const { logs, tests } = CONTAINER_PATHS;
+  const run = await environment.exec(handle, {
+    command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
+    env: resolveWorkerEnv(task.config.verifier.env),
+    timeoutMs: spec.timeouts.verify * 1000,
+    signal,
+  });
+  await log(spec, 'verify', run.timedOut ? 'tests/test.sh timed out' : `tests/test.sh exit ${run.exitCode}`);
+  if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${spec.timeouts.verify} s`);
+
+  const reward = readReward(await downloadRewardFiles(environment, handle));
+  if ('error' in reward) {
+    await log(spec, 'verify', `${reward.error}: ${reward.message}`);
+    throw taskFailure(reward.error, reward.message);
+  }
+  await log(spec, 'verify', `rewards ${JSON.stringify(reward.rewards)}`);
+  return reward.rewards;
+}
+
+/** The separate verifier's /logs/verifier into the agent's environment, where the collect step takes it from. */
+async function copyVerifierLogs(
+  environment: Environment,
+  from: EnvironmentHandle,
+  to: EnvironmentHandle,
+  signal: AbortSignal
+): Promise<void> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-verifier-logs-'));
+  try {
+    await environment.download(from, '/logs/verifier', dir);
+    await resetVerifierLogs(environment, to, signal, false);
+    await environment.upload(to, dir, '/logs/verifier');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }

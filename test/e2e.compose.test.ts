@@ -1,7 +1,8 @@
 /**
  * Harbor's multi-container tasks (environment/docker-compose.yaml) through the real Docker Compose v2 CLI: the agent
  * and the verifier in `main`, a sidecar built from the task and healthy before the agent starts, one project per
- * trial, everything labelled for the janitor and removed at cleanup.
+ * trial, everything labelled for the janitor and removed at cleanup. And Harbor's separate verifier environments:
+ * collect hooks, artifacts (from main and from a sidecar), tests in an environment of their own built from tests/.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -18,13 +19,15 @@ import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL } from '../src/env
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { environmentKey } from '../src/environments/env-key';
 import type { TrialResult } from '../src/results/trial-result';
+import { separateVerifierEnvironment, TaskConfigSchema } from '../src/task/schema';
 import type { CliRun } from './support/cli';
 import { runCli, writeOracleJob } from './support/cli';
 import { containersOfJob, imagesOfJob, removeJobLeftovers } from './support/docker';
 import { REPO_ROOT, TEST_HOST_ID, testTemporal } from './support/temporal';
 
 const docker = new Docker();
-const FIXTURE = path.join(REPO_ROOT, 'test', 'fixtures', 'harbor-tasks', 'compose-sidecar');
+const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'harbor-tasks');
+const FIXTURE = path.join(FIXTURES, 'compose-sidecar');
 const jobName = `compose-${randomBytes(3).toString('hex')}`;
 const ownedByJob = { filters: { label: [`${LABEL_JOB}=${jobName}`] } };
 let dir: string;
@@ -34,8 +37,10 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
   before(async () => {
     await testTemporal().then(({ connection }) => connection.close());
     dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
-    await cp(FIXTURE, path.join(dir, 'tasks', 'compose-sidecar'), { recursive: true });
-    await writeOracleJob(dir, { name: jobName });
+    for (const task of ['compose-sidecar', 'separate-verifier']) {
+      await cp(path.join(FIXTURES, task), path.join(dir, 'tasks', task), { recursive: true });
+    }
+    await writeOracleJob(dir, { name: jobName, n_concurrent_trials: 2 });
     run = await runCli(['job.yaml'], { cwd: dir });
   });
   after(async () => {
@@ -53,11 +58,39 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
     assert.match(await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8'), /from-main-\$HOME/);
   });
 
-  it('removes every container, network, volume and image (sidecar images too) of the job', async () => {
+  it('verifies in a separate environment holding only the artifacts (from main, a sidecar, a collect hook)', async () => {
+    const trialDir = path.join(dir, 'jobs', jobName, 'separate-verifier__oracle__1');
+    const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
+    const testOutput = await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8');
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    assert.deepEqual(result.rewards, { reward: 1 }, testOutput);
+    assert.match(testOutput, /ok: \/data\/hook.txt/);
+    // The artifacts are in the trial folder too, mirroring their source paths.
+    const artifact = (file: string) => readFile(path.join(trialDir, 'artifacts', file), 'utf8');
+    assert.equal(await artifact('tmp/configured.txt'), 'configured\n');
+    assert.equal(await artifact('logs/artifacts/answer.txt'), 'published\n');
+    assert.equal(await artifact('data/kept'), 'from-main\n');
+    await assert.rejects(artifact('tmp/agent-only.txt'), { code: 'ENOENT' });
+  });
+
+  it("removes every container, network, volume and image (sidecars' and the verifier's too) of the job", async () => {
     assert.deepEqual(await containersOfJob(jobName), []);
     assert.deepEqual(await docker.listNetworks(ownedByJob), []);
     assert.deepEqual((await docker.listVolumes(ownedByJob)).Volumes ?? [], []);
     assert.deepEqual(await imagesOfJob(jobName), []);
+  });
+});
+
+describe('separate verifier settings (task.toml)', () => {
+  it("resolves the mode as Harbor does, and refuses 'shared' with [verifier.environment]", () => {
+    const parse = (verifier: Record<string, unknown>) => TaskConfigSchema.parse({ verifier });
+    assert.equal(separateVerifierEnvironment(parse({})), null);
+    assert.equal(separateVerifierEnvironment(parse({ environment_mode: 'shared' })), null);
+    assert.equal(separateVerifierEnvironment(parse({ environment_mode: 'separate' }))?.cpus, '1');
+    assert.equal(separateVerifierEnvironment(parse({ environment: { cpus: 2 } }))?.cpus, 2);
+    const refused = TaskConfigSchema.safeParse({ verifier: { environment_mode: 'shared', environment: {} } });
+    assert.equal(refused.success, false);
+    assert.deepEqual(refused.error?.issues[0]?.path, ['verifier', 'environment_mode']);
   });
 });
 

@@ -14,11 +14,9 @@ import { TaskEnvironmentError } from './environment';
 
 /** The service that is the trial's container. */
 export const MAIN_SERVICE = 'main';
-/** On a sidecar's image: the compose service it was built for (removed with the main image of its environment). */
-export const LABEL_COMPOSE_SERVICE = 'rollout.compose-service';
 /** Docker Compose's own labels on what it creates. */
 export const LABEL_COMPOSE_PROJECT = 'com.docker.compose.project';
-const LABEL_COMPOSE_SERVICE_NAME = 'com.docker.compose.service';
+export const LABEL_COMPOSE_SERVICE = 'com.docker.compose.service';
 const OUTPUT_LINES = 40;
 
 /** The parts of a resolved compose model (`docker compose config --format json`) Rollout reads or changes. */
@@ -100,7 +98,7 @@ export async function buildSidecars(
     service.image = sidecarImage(mainImageTag, name);
     service.build = {
       ...service.build,
-      labels: { ...service.build?.labels, ...labels, [LABEL_COMPOSE_SERVICE]: name },
+      labels: { ...service.build?.labels, ...labels },
     };
   }
   const names = built.map(([name]) => name);
@@ -152,9 +150,9 @@ export async function composeUp(start: ComposeStart, context: ComposeContext): P
   }
 }
 
-/** The label filters that find a project's main container. */
-export function mainContainerFilter(project: string): string[] {
-  return [`${LABEL_COMPOSE_PROJECT}=${project}`, `${LABEL_COMPOSE_SERVICE_NAME}=${MAIN_SERVICE}`];
+/** The label filters that find a project's container of a service. */
+export function serviceFilter(project: string, service = MAIN_SERVICE): string[] {
+  return [`${LABEL_COMPOSE_PROJECT}=${project}`, `${LABEL_COMPOSE_SERVICE}=${service}`];
 }
 
 /** The task's compose file over Rollout's main service, resolved by compose itself (merge, paths, interpolation). */

@@ -27,6 +27,8 @@ import {
   LABEL_ENV_KEY,
   LABEL_HOST,
   LABEL_JOB,
+  LABEL_PART_OF,
+  LABEL_ROLE,
   LABEL_SNAPSHOT_OF,
   LABEL_TRIAL,
   LABEL_WORKER,
@@ -37,8 +39,7 @@ import {
   buildSidecars,
   composeUp,
   LABEL_COMPOSE_PROJECT,
-  LABEL_COMPOSE_SERVICE,
-  mainContainerFilter,
+  serviceFilter,
   projectName,
   taskComposeFile,
 } from './docker-compose';
@@ -110,6 +111,7 @@ export class DockerEnvironment implements Environment {
   async build(request: BuildRequest): Promise<BuildResult> {
     const resolved = await this.sharedBuild(request);
     if (!resolved.built) return resolved;
+    if (request.partOf) return { image: resolved.image, built: false };
     const reference = `${resolved.image}-${this.jobRef(request.jobName)}`;
     const [repo, tag] = splitTag(reference);
     await this.docker.getImage(resolved.image).tag({ repo, tag });
@@ -209,7 +211,8 @@ export class DockerEnvironment implements Environment {
     const { signal, timeout } = stepSignal(request);
     const mainTag = imageTag(request.envKey);
     try {
-      await buildSidecars(composeFile, mainTag, this.imageLabelsOf(request), {
+      const labels = { ...this.imageLabelsOf(request), [LABEL_PART_OF]: request.envKey };
+      await buildSidecars(composeFile, mainTag, labels, {
         dockerHost: this.dockerHost(),
         signal,
         onOutput: request.onOutput,
@@ -233,6 +236,7 @@ export class DockerEnvironment implements Environment {
       [LABEL_ENV_KEY]: request.envKey,
       [LABEL_HOST]: this.owner.hostId,
       [LABEL_DEPLOYMENT]: this.owner.deployment,
+      ...(request.partOf ? { [LABEL_PART_OF]: request.partOf } : {}),
     };
   }
 
@@ -274,7 +278,9 @@ export class DockerEnvironment implements Environment {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
-    await this.removeTrial(request.trialId); // a container of an earlier, crashed attempt
+    // What an earlier, crashed attempt left: all of the trial's, or only its separate verifier's.
+    if (request.role) await this.removeRole(request.trialId, request.role);
+    else await this.removeTrial(request.trialId);
     const imageConfig = (await this.docker.getImage(request.image).inspect()).Config;
     // An install snapshot is committed from one of our containers, so it may carry our keep-alive as its ENTRYPOINT:
     // that is no entrypoint of the task's (adding `sleep infinity` as the command again would make PID 1 exit).
@@ -290,9 +296,10 @@ export class DockerEnvironment implements Environment {
       [LABEL_HOST]: this.owner.hostId,
       [LABEL_WORKER]: request.workerId,
       [LABEL_DEPLOYMENT]: this.owner.deployment,
+      ...(request.role ? { [LABEL_ROLE]: request.role } : {}),
     };
     const nanoCpus = await this.nanoCpus(request.resources.cpus);
-    const composeFile = request.environmentDir ? await taskComposeFile(request.environmentDir) : null;
+    const composeFile = request.environmentDir && !request.role ? await taskComposeFile(request.environmentDir) : null;
     if (composeFile) {
       const main = {
         image: request.image,
@@ -312,7 +319,7 @@ export class DockerEnvironment implements Environment {
       return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
     }
     const options: Docker.ContainerCreateOptions = {
-      name: containerName(request.trialName, request.trialId),
+      name: containerName(request.trialName, request.trialId, request.role),
       Image: request.image,
       ...keepAlive,
       WorkingDir: workdir,
@@ -355,7 +362,7 @@ export class DockerEnvironment implements Environment {
         },
         { dockerHost: this.dockerHost(), signal: AbortSignal.timeout(COMPOSE_WAIT_TIMEOUT_SEC * 1000 + 60_000) }
       );
-      const [container] = await this.docker.listContainers({ filters: { label: mainContainerFilter(project) } });
+      const [container] = await this.docker.listContainers({ filters: { label: serviceFilter(project) } });
       if (!container) throw new TaskEnvironmentError('EnvironmentStartError', `compose project ${project}: no main`);
       return container.Id;
     } catch (err) {
@@ -531,6 +538,26 @@ export class DockerEnvironment implements Environment {
     }
   }
 
+  private async removeRole(trialId: string, role: string): Promise<void> {
+    const filters = this.ownedBy(`${LABEL_TRIAL}=${trialId}`, `${LABEL_ROLE}=${role}`);
+    for (const container of await this.docker.listContainers({ all: true, filters })) {
+      await this.removeContainer(container.Id);
+    }
+  }
+
+  async service(handle: EnvironmentHandle, name: string): Promise<EnvironmentHandle> {
+    const main = await this.docker.getContainer(handle.id).inspect();
+    const project = main.Config.Labels?.[LABEL_COMPOSE_PROJECT];
+    if (!project)
+      throw new TaskEnvironmentError('EnvironmentBrokenError', `no service ${name}: not a compose environment`);
+    const [container] = await this.docker.listContainers({
+      all: true,
+      filters: { label: serviceFilter(project, name) },
+    });
+    if (!container) throw new TaskEnvironmentError('EnvironmentBrokenError', `no service ${name} in ${project}`);
+    return { id: container.Id, workdir: '/' };
+  }
+
   async removeTrial(trialId: string): Promise<number> {
     const containers = await this.docker.listContainers({
       all: true,
@@ -616,9 +643,9 @@ export class DockerEnvironment implements Environment {
       // Its install snapshots (built on top of it) go with it.
       const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${info.Id}`] } });
       for (const snapshot of snapshots) if (!(await this.removeTag(snapshot.Id))) return false;
-      // So do the images of its compose services.
+      // So do the images that belong to it (compose services, a separate verifier's).
       const sidecars = await this.docker.listImages({
-        filters: { label: [`${LABEL_ENV_KEY}=${labels[LABEL_ENV_KEY] ?? ''}`, LABEL_COMPOSE_SERVICE] },
+        filters: { label: [`${LABEL_PART_OF}=${labels[LABEL_ENV_KEY] ?? ''}`] },
       });
       for (const sidecar of sidecars) if (!(await this.removeTag(sidecar.Id))) return false;
       // The base tag first: the reference then keeps the image until no container uses it.
@@ -656,10 +683,11 @@ export function imageTag(envKey: string): string {
   return `${IMAGE_REPOSITORY}:${envKey}`;
 }
 
-/** `rollout-<trial name>-<hash of the trial id>`: readable in `docker ps`, unique per trial, a valid name. */
-function containerName(trialName: string, trialId: string): string {
+/** `rollout-<trial name>[-<role>]-<hash of the trial id>`: readable in `docker ps`, unique per trial, a valid name. */
+function containerName(trialName: string, trialId: string, role?: string): string {
   const digest = createHash('sha256').update(trialId).digest('hex').slice(0, 8);
-  return `rollout-${trialName.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 40)}-${digest}`;
+  const readable = trialName.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 40);
+  return `rollout-${readable}${role ? `-${role}` : ''}-${digest}`;
 }
 
 async function startContainer(container: Docker.Container): Promise<void> {

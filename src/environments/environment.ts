@@ -22,6 +22,13 @@ export const LABEL_ENV_KEY = 'rollout.env-key';
 /** On install snapshots: the id of the image the snapshot was taken over (removed with it). */
 export const LABEL_SNAPSHOT_OF = 'rollout.snapshot-of';
 export const LABEL_AGENT = 'rollout.agent';
+/**
+ * On images that belong to a trial's main image (compose sidecars, a separate verifier's): the main image's env key.
+ * They go when it goes.
+ */
+export const LABEL_PART_OF = 'rollout.part-of';
+/** On a separate verifier's container: it stands beside the trial's own environment. */
+export const LABEL_ROLE = 'rollout.role';
 
 /**
  * Install snapshots: an image of a container taken right after an agent's install, so later trials of the same image
@@ -68,6 +75,11 @@ export interface BuildRequest {
   signal?: AbortSignal;
   /** Called with build output lines (for trial.log and heartbeats). */
   onOutput?: (line: string) => void;
+  /**
+   * The env key of the trial's main image when this image belongs to it (a separate verifier's): it is removed with
+   * that image, and the job gets no reference of its own to release (`built` is false).
+   */
+  partOf?: string;
 }
 
 export interface BuildResult {
@@ -97,6 +109,11 @@ export interface StartRequest {
    */
   environmentDir?: string;
   envKey?: string;
+  /**
+   * 'verifier': a separate verifier's environment, started beside the trial's own (which it leaves standing; an
+   * earlier attempt's verifier environment is replaced). Removed with the trial.
+   */
+  role?: 'verifier';
 }
 
 export interface StartResult {
@@ -153,6 +170,11 @@ export interface Environment {
    * the last reference of the job that built it. Idempotent; false while a container still uses the image.
    */
   removeImage(image: string): Promise<boolean>;
+  /**
+   * The container of another service of a multi-container environment (docker-compose), to exec in or copy from;
+   * absent where environments have a single container.
+   */
+  service?(handle: EnvironmentHandle, name: string): Promise<EnvironmentHandle>;
   /** Absent where environments cannot be snapshotted (local): agents then install in every trial. */
   readonly snapshots?: InstallSnapshots;
   /**

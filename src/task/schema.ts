@@ -48,6 +48,53 @@ const EnvironmentSection = z.strictObject({
   ...networkKeys,
 });
 
+/** A compose service's name (Harbor: main is the trial's container). */
+const serviceName = z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/, 'not a compose service name');
+
+/**
+ * Harbor's artifacts: paths copied out of the environment after the agent ran (into the trial's artifacts/, mirroring
+ * the source path or at `destination`), and into a separate verifier's environment at their source path.
+ */
+const Artifact = z
+  .union([
+    z.string().min(1),
+    z.strictObject({
+      source: z.string().min(1),
+      destination: z.string().nullable().optional(),
+      exclude: z.array(z.string()).default([]),
+      service: serviceName.nullable().optional(),
+    }),
+  ])
+  .transform((entry) => (typeof entry === 'string' ? { source: entry, exclude: [] } : entry))
+  .refine((entry) => !entry.source.split('/').includes('..'), { message: 'source must not contain ".."' })
+  .refine((entry) => !entry.service || entry.service === 'main' || entry.source.startsWith('/'), {
+    message: "a sidecar's artifact source must be an absolute path",
+  });
+
+/** [[verifier.collect]]: a command run in a service after the agent, so its state can be collected as artifacts. */
+const CollectHook = z.strictObject({
+  command: z.string().min(1),
+  service: serviceName.default('main'),
+  timeout_sec: timeoutSec.default(60),
+  user: z.union([z.string(), z.number().int()]).nullable().optional(),
+});
+
+const VerifierSection = z
+  .strictObject({
+    timeout_sec: timeoutSec.default(600),
+    env: envTable.default({}),
+    user: ignored,
+    /** Harbor: absent means separate when [verifier.environment] is set, else shared. */
+    environment_mode: z.enum(['shared', 'separate']).nullable().optional(),
+    environment: EnvironmentSection.nullable().optional(),
+    collect: z.array(CollectHook).default([]),
+    ...networkKeys,
+  })
+  .refine((verifier) => !(verifier.environment_mode === 'shared' && verifier.environment), {
+    message: "environment_mode = 'shared' is incompatible with [verifier.environment]",
+    path: ['environment_mode'],
+  });
+
 export const TaskConfigSchema = z.strictObject({
   version: z.string().optional(),
   /** Neither version nor schema_version: Harbor's current schema, as Harbor reads it. */
@@ -55,26 +102,24 @@ export const TaskConfigSchema = z.strictObject({
   source: z.string().nullable().default(null),
   metadata: z.record(z.string(), z.unknown()).default({}),
   task: z.looseObject({ name: z.string().optional() }).optional(),
-  verifier: z
-    .strictObject({
-      timeout_sec: timeoutSec.default(600),
-      env: envTable.default({}),
-      user: ignored,
-      environment_mode: ignored,
-      environment: ignored,
-      collect: ignored,
-      ...networkKeys,
-    })
-    .prefault({}),
+  verifier: VerifierSection.prefault({}),
   agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user: ignored, ...networkKeys }).prefault({}),
   environment: EnvironmentSection.prefault({}),
   solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
   steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),
   multi_step_reward_strategy: ignored,
-  artifacts: ignored,
+  artifacts: z.array(Artifact).default([]),
 });
 
 export type TaskConfig = z.infer<typeof TaskConfigSchema>;
+export type ArtifactEntry = TaskConfig['artifacts'][number];
+
+/** The environment a separate verifier runs in (Harbor's resolution), or null when it shares the agent's. */
+export function separateVerifierEnvironment(config: TaskConfig): TaskConfig['environment'] | null {
+  const { environment_mode: mode, environment } = config.verifier;
+  if (mode === 'shared' || (!mode && !environment)) return null;
+  return environment ?? config.environment;
+}
 
 /** Resources a task asks for, in the units the environments enforce. */
 export interface TaskResources {
