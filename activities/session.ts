@@ -1,8 +1,15 @@
 import { performance } from 'node:perf_hooks';
+import path from 'node:path';
 
 import { jobFiles, writeJsonAtomic } from '../src/results/files';
-import type { CommandOutcome, SessionRecord } from '../src/trial/session-types';
+import type { TrialResult } from '../src/results/trial-result';
+import { loadTask } from '../src/task/load';
+import { sessionTrajectory } from '../src/trajectory/session';
+import { sessionTools } from '../src/trial/session-tools';
+import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/trial/session-types';
+import { SESSION_AGENT } from '../src/trial/session-types';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import { INFRASTRUCTURE_ERROR } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
 
@@ -41,7 +48,54 @@ export function runSessionCommand(deps: ActivityDeps) {
   };
 }
 
-/** `<job>/session__<id>/trajectory.json`: every step with its tool call, observation and timing. */
-export async function writeSessionRecord({ spec, record }: { spec: TrialSpec; record: SessionRecord }): Promise<void> {
-  await writeJsonAtomic(`${jobFiles.trialDir(spec.jobDir, spec.trialName)}/trajectory.json`, record);
+export interface SessionRecordInput {
+  spec: TrialSpec;
+  record: SessionRecord;
+  /** The tools' limits, as the client was told them (absent in sessions started before it was passed). */
+  limits?: SessionLimits;
+}
+
+/**
+ * A session's folder holds the same files as a trial's, so the viewer, the job's results and `rollout export` see
+ * it: `result.json` (agent "session", the verifier's rewards), `agent/trajectory.json` (ATIF: each tool call, its
+ * observation and timing), and `session.json`, the session's own record of its steps.
+ */
+export async function writeSessionRecord({ spec, record, limits }: SessionRecordInput): Promise<void> {
+  const dir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+  await writeJsonAtomic(path.join(dir, 'session.json'), record);
+  const loaded = await loadTask(spec.taskDir);
+  const instruction = loaded.task?.instruction ?? '';
+  const tools = limits ? sessionTools(limits) : [];
+  await writeJsonAtomic(path.join(dir, 'agent', 'trajectory.json'), sessionTrajectory(record, instruction, tools));
+  const result: TrialResult & { session: object } = {
+    trial_name: spec.trialName,
+    task_name: spec.taskName,
+    dataset_name: spec.datasetName,
+    agent_name: SESSION_AGENT,
+    agent: null,
+    attempt: 1,
+    rewards: record.rewards,
+    error: record.error ? { type: INFRASTRUCTURE_ERROR, message: record.error, step: 'trial' } : null,
+    agent_exit_code: null,
+    started_at: record.started_at,
+    finished_at: record.ended_at ?? new Date().toISOString(),
+    steps: {},
+    workflow_id: record.workflow_id,
+    job_name: spec.jobName,
+    task_dir: spec.taskDir,
+    environment_type: spec.environmentType,
+    host: record.host,
+    image: null,
+    unenforced_limits: [],
+    restarts: 0,
+    collected: null,
+    usage: null,
+    session: {
+      session_id: record.session_id,
+      ended_by: record.ended_by,
+      warm: record.warm,
+      n_steps: record.steps.length,
+    },
+  };
+  await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), result);
 }

@@ -12,7 +12,10 @@ import { after, before, describe, it } from 'node:test';
 
 import Docker from 'dockerode';
 
-import type { SessionRecord, StepOutcome } from '../src/trial/session-types';
+import type { TrialResult } from '../src/results/trial-result';
+import type { SessionRecord, SessionStep, StepOutcome } from '../src/trial/session-types';
+import { runCli } from './support/cli';
+import { validateWithHarbor } from './support/harbor';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { freePort, ServeProcess } from './support/serve';
 import { testTemporal } from './support/temporal';
@@ -115,11 +118,53 @@ describe('rollout serve: step-by-step sessions', () => {
       ['bash', 'bash', 'submit']
     );
     await waitFor('the container to be removed', async () => (await sessionContainers(id)).length === 0, 60_000);
-    const trajectory = JSON.parse(
-      await readFile(path.join(dir, 'jobs', serveName, `session__${id}`, 'trajectory.json'), 'utf8')
-    ) as SessionRecord;
-    assert.equal(trajectory.steps.length, 3);
-    assert.ok(trajectory.steps.every((s) => s.started_at && typeof s.info.duration_ms === 'number'));
+    // The same files as a trial's: result.json, the ATIF trajectory (Harbor validates it), and the session's record.
+    const folder = path.join(dir, 'jobs', serveName, `session__${id}`);
+    const saved = JSON.parse(await readFile(path.join(folder, 'session.json'), 'utf8')) as SessionRecord;
+    assert.equal(saved.steps.length, 3);
+    assert.ok(saved.steps.every((s) => s.started_at && typeof s.info.duration_ms === 'number'));
+    const result = JSON.parse(await readFile(path.join(folder, 'result.json'), 'utf8')) as TrialResult;
+    assert.deepEqual(
+      { agent: result.agent_name, rewards: result.rewards },
+      { agent: 'session', rewards: { reward: 1 } }
+    );
+    const checked = await validateWithHarbor(path.join(folder, 'agent', 'trajectory.json'));
+    assert.equal(checked.code, 0, checked.output);
+
+    // `rollout export --format rl` has the session's steps; sft its conversation.
+    const exported = await runCli(
+      ['export', path.join(dir, 'jobs', serveName), '--format', 'rl', '--agent', 'session'],
+      {
+        cwd: dir,
+      }
+    );
+    assert.equal(exported.code, 0, exported.stderr);
+    const row = exported.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { trial_name: string; kind: string; reward: number; steps: SessionStep[] })
+      .find((r) => r.trial_name === `session__${id}`)!;
+    assert.deepEqual({ kind: row.kind, reward: row.reward }, { kind: 'session', reward: 1 });
+    assert.deepEqual(
+      row.steps.map((s) => [s.tool_call.name, s.observation]),
+      [
+        ['bash', ''],
+        ['bash', '42\noops\n'],
+        ['submit', 'verifier rewards: {"reward":1}'],
+      ]
+    );
+    const sft = await runCli(['export', path.join(dir, 'jobs', serveName), '--format', 'sft', '--agent', 'session'], {
+      cwd: dir,
+    });
+    const conversation = sft.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { messages: { role: string }[]; metadata: { trial_name: string } })
+      .find((r) => r.metadata.trial_name === `session__${id}`)!;
+    assert.deepEqual(
+      conversation.messages.map((m) => m.role),
+      ['user', 'assistant', 'tool', 'assistant', 'tool', 'assistant', 'tool']
+    );
   });
 
   it('scores a wrong answer 0', async () => {

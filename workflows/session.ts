@@ -222,7 +222,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
       record.status = 'ended';
       record.ended_by = endedBy;
       record.ended_at = new Date().toISOString();
-      await host.writeSessionRecord({ spec, record }).catch(() => undefined);
+      await host.writeSessionRecord({ spec, record, limits }).catch(() => undefined);
       if (handle) await host.stopEnvironment({ spec, handle }).catch(() => undefined);
       await host.cleanupEnvironment({ spec }).catch(() => undefined);
     });

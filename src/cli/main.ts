@@ -26,6 +26,8 @@ import { formatDuration } from './progress';
 import { renderDatasetList, renderEvals, renderReport } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 import { writeBundle } from '../viewer/bundle';
+import type { ExportOptions } from '../export/export';
+import { EXPORT_FORMATS, exportJob } from '../export/export';
 import { startViewServer } from '../viewer/server';
 import type { ServeFlags } from './serve';
 import { serve } from './serve';
@@ -228,6 +230,25 @@ export function buildProgram(): Command {
         process.once('SIGTERM', resolve);
       });
       await server.close();
+    });
+
+  program
+    .command('export <job>')
+    .description(
+      "a job folder's trials, sessions and remote rollouts as JSONL for training (streamed: any size, constant memory)"
+    )
+    .option('--format <format>', `${Object.keys(EXPORT_FORMATS).join(' | ')}`)
+    .option('--min-reward <x>', 'only trials whose primary reward is at least x')
+    .option('--agent <name>', 'only the trials of this agent (job.yaml name; sessions: "session")')
+    .option('--episodes <which>', 'sharegpt: a row per agent step (all) or per trial (last)', 'all')
+    .option('-o, --output <file>', 'write here (whole or not at all) instead of stdout')
+    .action(async (job: string, opts: ExportOptions) => {
+      const counts = await exportJob(job, opts, process.stdout);
+      console.error(
+        `exported ${counts.rows} rows from ${counts.trials} trials` +
+          (counts.empty ? ` (${counts.empty} had nothing to export in this format)` : '') +
+          (opts.output ? ` to ${opts.output}` : '')
+      );
     });
 
   program

@@ -34,8 +34,17 @@ export async function* readCallRecords(file: string): AsyncGenerator<LlmCallReco
   const stream = createReadStream(file, 'utf8');
   const lines = createInterface({ input: stream, crlfDelay: Infinity });
   try {
+    let n = 0;
     for await (const line of lines) {
-      if (line.trim()) yield JSON.parse(line) as LlmCallRecord;
+      n += 1;
+      if (!line.trim()) continue;
+      let record: LlmCallRecord;
+      try {
+        record = JSON.parse(line) as LlmCallRecord;
+      } catch (err) {
+        throw new Error(`${file}: line ${n}: not valid JSON (${(err as Error).message})`, { cause: err });
+      }
+      yield record;
     }
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;

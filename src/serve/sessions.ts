@@ -26,6 +26,7 @@ import { namedTrial } from '../api/rollout';
 import { boundedId } from '../job/plan';
 import { JOB_TASK_QUEUE } from '../temporal/queues';
 import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
+import { sessionTools } from '../trial/session-tools';
 import type { SessionLimits, SessionRecord, ToolCall } from '../trial/session-types';
 import type { TrialSpec } from '../trial/types';
 import type { Route } from './server';
@@ -108,27 +109,7 @@ export class Sessions {
   private readonly pool: WarmPool;
 
   tools() {
-    return [
-      {
-        type: 'function',
-        function: {
-          name: 'bash',
-          description:
-            `Run a bash command in the task's container, in its working directory. At most ` +
-            `${this.limits.stepTimeoutSec} s per command; output (stdout and stderr) cut at ` +
-            `${this.limits.outputLimitBytes} bytes.`,
-          parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
-        },
-      },
-      {
-        type: 'function',
-        function: {
-          name: 'submit',
-          description: 'Run the task verifier on the container as it is now, return its reward and end the session.',
-          parameters: { type: 'object', properties: {} },
-        },
-      },
-    ];
+    return sessionTools(this.limits);
   }
 
   routes(): Route[] {

@@ -37,6 +37,7 @@ export interface AtifStep {
   };
   is_copied_context?: boolean;
   llm_call_count?: number;
+  extra?: Record<string, unknown>;
 }
 
 export interface AtifTrajectory {
@@ -44,13 +45,14 @@ export interface AtifTrajectory {
   session_id: string;
   agent: { name: string; version: string; model_name?: string; tool_definitions?: unknown[] };
   steps: AtifStep[];
+  /** Token totals are absent when the calls were not seen (a session's client calls its model itself). */
   final_metrics: {
-    total_prompt_tokens: number;
-    total_completion_tokens: number;
-    total_cached_tokens: number;
-    total_cost_usd: number | null;
+    total_prompt_tokens?: number;
+    total_completion_tokens?: number;
+    total_cached_tokens?: number;
+    total_cost_usd?: number | null;
     total_steps: number;
-    extra: { n_llm_calls: number; n_side_calls: number; n_failed_calls: number };
+    extra?: { n_llm_calls: number; n_side_calls: number; n_failed_calls: number };
   };
   extra: { source: string };
 }
@@ -62,7 +64,8 @@ export interface TrajectoryMeta {
   model: string | null;
 }
 
-function toolsKey(call: LlmCallRecord): string {
+/** The names of the tools a call offered, sorted: calls of one agent loop offer the same set. */
+export function toolsKey(call: LlmCallRecord): string {
   const dialect = call.dialect ? dialectByName(call.dialect) : null;
   const body =
     call.request !== null && typeof call.request === 'object' ? (call.request as Record<string, unknown>) : {};
