@@ -36,6 +36,7 @@ export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: Agen
     signal: Context.current().cancellationSignal,
     agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
     gateway: null,
+    user: task.config.agent.user,
   };
   return { agent: createAgent(config), run, config, task };
 }

@@ -2,6 +2,9 @@
 import { Context, ApplicationFailure } from '@temporalio/activity';
 
 import type { Environment } from '../src/environments/environment';
+import { phaseNetworks } from '../src/task/policy';
+import type { TaskConfig } from '../src/task/schema';
+import type { EnvironmentHandle } from '../src/trial/types';
 import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/job/schema';
 import { appendTrialLog } from '../src/results/trial-log';
@@ -113,4 +116,25 @@ export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
 
 export function tail(text: string, lines = 20): string {
   return text.trimEnd().split('\n').slice(-lines).join('\n');
+}
+
+/**
+ * Runs `work` on the network task.toml gives its phase ([agent] or [verifier] network_mode) when that differs from
+ * the environment's baseline, and puts the baseline back after, as Harbor does.
+ */
+export async function inPhaseNetwork<T>(
+  environment: Environment,
+  handle: EnvironmentHandle,
+  config: TaskConfig,
+  phase: 'agent' | 'verifier',
+  work: () => Promise<T>
+): Promise<T> {
+  const networks = phaseNetworks(config);
+  if (networks[phase] === networks.baseline || !environment.setNetwork) return work();
+  await environment.setNetwork(handle, networks[phase]);
+  try {
+    return await work();
+  } finally {
+    await environment.setNetwork(handle, networks.baseline);
+  }
 }

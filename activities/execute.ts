@@ -7,7 +7,7 @@ import { gatewayEnv, upstreamsFromEnv } from '../src/gateway/upstreams';
 import { jobFiles } from '../src/results/files';
 import type { ExecuteOutcome } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, log, taskFailure } from './context';
+import { heartbeating, inPhaseNetwork, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';
 import { prepareAgentRun } from './agent-run';
 
@@ -20,7 +20,7 @@ import { prepareAgentRun } from './agent-run';
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
     const { spec } = input;
-    const { agent, run, config } = await prepareAgentRun(deps, input, spec.timeouts.execute);
+    const { agent, run, config, task } = await prepareAgentRun(deps, input, spec.timeouts.execute);
     let session: TrialSession | null = null;
     try {
       if (usesGateway(config)) {
@@ -35,7 +35,9 @@ export function executeAgent(deps: ActivityDeps) {
       }
       await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${spec.timeouts.execute} s)`);
       const result = await heartbeating(async () => {
-        const executed = await agent.execute(run);
+        const executed = await inPhaseNetwork(run.environment, run.handle, task.config, 'agent', () =>
+          agent.execute(run)
+        );
         // Whatever the agent left running (a daemon rewriting what the verifier checks) must not outlive its step.
         await run.environment.killAll(run.handle);
         return executed;

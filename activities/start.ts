@@ -7,6 +7,14 @@ import { installGate } from '../src/agents/install-gate';
 import { installCaBundle } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
 import { INSTRUCTION_DIR, INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
+import { runHealthcheck } from '../src/environments/healthcheck';
+import {
+  phaseNetworks,
+  taskUsers,
+  unenforcedTaskKeys,
+  unsupportedNeed,
+  UnsupportedNetworkError,
+} from '../src/task/policy';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
@@ -29,13 +37,17 @@ const START_MARGIN_MS = 60_000;
  * Step 2: a fresh environment for the trial, with its resource limits, the instruction in the file
  * $ROLLOUT_TASK_INSTRUCTION_FILE and, when small enough, in $ROLLOUT_TASK_INSTRUCTION. Whatever an earlier attempt of
  * this trial left on this host is removed first. A catalogue agent's install snapshot of this image, when this host
- * has one, is started instead of the image.
+ * has one, is started instead of the image. It starts on task.toml's baseline network, with its GPUs, and its
+ * healthcheck must pass before the step ends. Task keys not acted on here are returned among `unenforced`.
  */
 export function startEnvironment(deps: ActivityDeps) {
   return async function startEnvironment({ spec, image }: StartInput): Promise<StartOutput> {
     const [task, agent] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
     const environment = deps.environment(spec.environmentType);
     try {
+      const unsupported = unsupportedNeed(task.config);
+      if (unsupported) throw taskFailure('EnvironmentStartError', unsupported);
+      const networks = phaseNetworks(task.config);
       const started = await heartbeating(async (signal) => {
         const key = installSnapshotKey(deps, task, agent, spec.environmentType);
         const snapshot = await findSnapshot(environment, image, key, spec, signal);
@@ -50,18 +62,32 @@ export function startEnvironment(deps: ActivityDeps) {
           workdir: task.config.environment.workdir,
           environmentDir: path.join(task.dir, 'environment'),
           envKey: spec.envKey,
+          network: networks.baseline,
+          gpus: task.resources.gpus,
+          users: taskUsers(task.config),
         });
         await uploadInstruction(environment, result.handle, task.instruction);
         const caBundle = containerCaBundle(deps, spec.environmentType);
         if (caBundle) await installCaBundle(environment, result.handle, caBundle);
+        const check = task.config.environment.healthcheck;
+        if (check) {
+          const { attempts } = await runHealthcheck(environment, result.handle, check, signal);
+          await log(spec, 'start', `healthcheck passed (attempt ${attempts}): ${check.command}`);
+        }
         return { ...result, snapshot };
       });
-      const unenforced = started.unenforced.length ? ` (not enforced here: ${started.unenforced.join(', ')})` : '';
+      const phasesOffline = networks.agent === 'none' || networks.verifier === 'none';
+      const unenforcedNetwork = !environment.setNetwork && phasesOffline ? ['network'] : [];
+      const unenforced = [
+        ...new Set([...started.unenforced, ...unenforcedNetwork, ...unenforcedTaskKeys(task.config)]),
+      ];
+      const notEnforced = unenforced.length ? ` (not enforced here: ${unenforced.join(', ')})` : '';
       const from = started.snapshot ? ` from install snapshot ${started.snapshot}` : '';
-      await log(spec, 'start', `environment ${started.handle.id.slice(0, 12)} started${from}${unenforced}`);
-      return { handle: started.handle, unenforced: started.unenforced };
+      await log(spec, 'start', `environment ${started.handle.id.slice(0, 12)} started${from}${notEnforced}`);
+      return { handle: started.handle, unenforced };
     } catch (err) {
       if (err instanceof TaskEnvironmentError) throw taskFailure(err.type, err.message);
+      if (err instanceof UnsupportedNetworkError) throw taskFailure('EnvironmentStartError', err.message);
       throw err;
     }
   };

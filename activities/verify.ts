@@ -47,7 +47,7 @@ async function downloadRewardFiles(
   }
 }
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
+import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
 
 export interface VerifyInput {
   spec: TrialSpec;
@@ -177,12 +177,15 @@ async function test(
   signal: AbortSignal
 ): Promise<Rewards> {
   const { logs, tests } = CONTAINER_PATHS;
-  const run = await environment.exec(handle, {
-    command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
-    env: resolveWorkerEnv(task.config.verifier.env),
-    timeoutMs: spec.timeouts.verify * 1000,
-    signal,
-  });
+  const run = await inPhaseNetwork(environment, handle, task.config, 'verifier', () =>
+    environment.exec(handle, {
+      command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
+      env: resolveWorkerEnv(task.config.verifier.env),
+      user: task.config.verifier.user,
+      timeoutMs: spec.timeouts.verify * 1000,
+      signal,
+    })
+  );
   await log(spec, 'verify', run.timedOut ? 'tests/test.sh timed out' : `tests/test.sh exit ${run.exitCode}`);
   if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${spec.timeouts.verify} s`);
 

@@ -32,6 +32,8 @@ export interface AgentRun {
    * the environment). `env` then already holds them in place of the real keys and base URLs.
    */
   gateway: GatewayAccess | null;
+  /** task.toml [agent] user: the agent's run executes as it (installs stay root); undefined is the image's USER. */
+  user?: string;
 }
 
 /** An install's exit, and for catalogue agents the version it left in place and whether it installed anything. */

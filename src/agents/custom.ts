@@ -3,7 +3,10 @@ import type { AgentConfig } from '../job/schema';
 import type { Agent, AgentRun } from './agent';
 import { CONTAINER_PATHS, uploadAgentScript } from './agent';
 
-/** An agent defined in job.yaml by its install and execute bash scripts. Output goes to /logs/agent/<step>.txt. */
+/**
+ * An agent defined in job.yaml by its install and execute bash scripts. Output goes to /logs/agent/<step>.txt. The
+ * install runs as root (it sets up the system, as Harbor's installs do), execute as task.toml's [agent] user.
+ */
 export function customAgent(config: AgentConfig): Agent {
   return {
     name: config.name,
@@ -17,6 +20,7 @@ async function runScript(run: AgentRun, step: 'install' | 'execute', script: str
   return run.environment.exec(run.handle, {
     command: `bash "${CONTAINER_PATHS.agentScripts}/${step}.sh" > "${CONTAINER_PATHS.logs}/agent/${step}.txt" 2>&1`,
     env: run.env,
+    user: step === 'install' ? '0' : run.user,
     timeoutMs: run.timeoutMs,
     signal: run.signal,
   });

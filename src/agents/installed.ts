@@ -53,6 +53,7 @@ export function installedAgent(definition: InstalledAgentDefinition, config: Age
         command: `bash "${CONTAINER_PATHS.agentScripts}/execute.sh"`,
         // The agent's own settings are defaults: what job.yaml sets in `env` wins.
         env: { ...command.env, ...run.env },
+        user: run.user,
         timeoutMs: run.timeoutMs,
         signal: run.signal,
       });

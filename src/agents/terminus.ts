@@ -113,6 +113,7 @@ async function runLoop(run: AgentRun, model: string | undefined, options: Termin
         if (remainingMs <= 0) return outcome(null, true);
         const result = await run.environment.exec(run.handle, {
           command,
+          user: run.user,
           timeoutMs: Math.min(options.command_timeout_sec * 1000, remainingMs),
           signal: run.signal,
         });

@@ -25,6 +25,8 @@ import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect
 import { formatDuration } from './progress';
 import { renderDatasetList, renderEvals, renderReport } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
+import { checkTasks, initTask } from './tasks';
+import { buildEnvironments } from './build';
 import { writeBundle } from '../viewer/bundle';
 import type { ExportOptions } from '../export/export';
 import { EXPORT_FORMATS, exportJob } from '../export/export';
@@ -278,6 +280,39 @@ export function buildProgram(): Command {
     )
     .action(async (opts: { registry?: string }) => {
       console.log(renderDatasetList(await readRegistry(opts.registry ? registrySource(opts.registry) : undefined)));
+    });
+
+  program
+    .command('build <target>')
+    .description(
+      'build every Docker environment a job (job.yaml) or dataset folder needs, ahead of the job, so it starts ' +
+        'without build time; images belong to no job, so delete: true leaves them (docs/tasks.md)'
+    )
+    .option('--parallel <n>', 'builds at once (default: CPUs, at most 4)', positiveInt)
+    .option('--force', 'build again even when the image is there', false)
+    .option('--host-id <id>', 'name of this host (recorded on the images)', defaultHostId())
+    .action(async (target: string, opts: { parallel?: number; force: boolean; hostId: string }) => {
+      process.exitCode = await buildEnvironments(target, opts);
+    });
+
+  const tasks = program.command('tasks').description('tools for task authors');
+  tasks
+    .command('check <paths...>')
+    .description(
+      'validate, build, run the oracle (must score 1) and a do-nothing agent (must not) on each task or dataset ' +
+        'folder; a table of what failed and why; exit 1 when any task fails'
+    )
+    .option('--jobs-dir <dir>', "where the check's job folder goes (trial logs of failures)", 'jobs')
+    .option('--n-concurrent <n>', 'trials at once', positiveInt, 4)
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .action(async (paths: string[], opts: { jobsDir: string; nConcurrent: number; hostId: string }) => {
+      process.exitCode = await checkTasks(paths, opts);
+    });
+  tasks
+    .command('init <dir>')
+    .description('a task skeleton (task.toml, instruction, Dockerfile, solution, tests) that passes `tasks check`')
+    .action(async (dir: string) => {
+      await initTask(dir);
     });
 
   program

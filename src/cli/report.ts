@@ -49,7 +49,7 @@ export function renderEvals(evals: JobResult['evals']): string {
       ]);
     }
   }
-  return table([header, ...rows]);
+  return renderTable([header, ...rows]);
 }
 
 /** `rollout datasets list`: one row per dataset version. */
@@ -60,7 +60,7 @@ export function renderDatasetList(registry: RegistryDataset[]): string {
     String(dataset.tasks.length),
     dataset.description.replace(/\s+/g, ' '),
   ]);
-  return table([['name', 'version', 'tasks', 'description'], ...rows]);
+  return renderTable([['name', 'version', 'tasks', 'description'], ...rows]);
 }
 
 /** Model calls, tokens and cost per agent, as the gateway recorded them. */
@@ -74,7 +74,7 @@ function renderUsage(usage: [string, TrialUsage][]): string {
     String(u.output_tokens),
     u.cost_usd === null ? `unknown: ${u.cost_unknown_reason ?? 'no price'}` : u.cost_usd.toFixed(4),
   ]);
-  return table([header, ...rows]);
+  return renderTable([header, ...rows]);
 }
 
 function formatNumber(value: number | undefined): string {
@@ -82,7 +82,7 @@ function formatNumber(value: number | undefined): string {
   return Number.isInteger(value) ? String(value) : value.toFixed(3);
 }
 
-function table(rows: string[][]): string {
+export function renderTable(rows: string[][]): string {
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? '').length)));
   const format = (row: string[]) =>
     row

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Docker from 'dockerode';
 import tarFs from 'tar-fs';
 
+import type { PhaseNetwork } from '../task/policy';
 import type { EnvironmentHandle } from '../trial/types';
 import type {
   BuildRequest,
@@ -47,6 +48,8 @@ import type { CollectBudget } from './host-files';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
+/** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
+const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 const SNAPSHOT_REPOSITORY = 'rollout-agent';
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
@@ -116,6 +119,18 @@ export class DockerEnvironment implements Environment {
     const [repo, tag] = splitTag(reference);
     await this.docker.getImage(resolved.image).tag({ repo, tag });
     return { image: reference, built: true };
+  }
+
+  /**
+   * `rollout build`: the environment's image, built (or pulled) ahead of any job under the builder's name, so no job
+   * owns it and `delete: true` never removes it (a job only releases its own reference). `fresh`: it was not here.
+   */
+  async prebuild(request: BuildRequest): Promise<{ image: string; fresh: boolean }> {
+    const hasDockerfile = await isFile(path.join(request.contextDir, 'Dockerfile'));
+    const tag = request.dockerImage && !hasDockerfile ? request.dockerImage : imageTag(request.envKey);
+    const existed = (await this.imageLabels(tag)) !== undefined;
+    const { image } = await this.sharedBuild(request);
+    return { image, fresh: !existed || request.force };
   }
 
   /** Who holds a reference: a job of this deployment (job names are unique per deployment only). */
@@ -278,6 +293,7 @@ export class DockerEnvironment implements Environment {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
+    const gpus = request.gpus ? await this.gpuRequest(request.gpus) : [];
     // What an earlier, crashed attempt left: all of the trial's, or only its separate verifier's.
     if (request.role) await this.removeRole(request.trialId, request.role);
     else await this.removeTrial(request.trialId);
@@ -300,6 +316,9 @@ export class DockerEnvironment implements Environment {
     };
     const nanoCpus = await this.nanoCpus(request.resources.cpus);
     const composeFile = request.environmentDir && !request.role ? await taskComposeFile(request.environmentDir) : null;
+    // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves.
+    const publicNetworks = composeFile ? `${projectName(request.trialName, request.trialId)}_default` : 'bridge';
+    Object.assign(labels, { [LABEL_PUBLIC_NETWORKS]: publicNetworks });
     if (composeFile) {
       const main = {
         image: request.image,
@@ -311,10 +330,21 @@ export class DockerEnvironment implements Environment {
         mem_limit: Math.round(request.resources.memoryBytes),
         memswap_limit: Math.round(request.resources.memoryBytes),
         pids_limit: request.resources.pidsLimit,
+        ...(request.network === 'none' ? { network_mode: 'none' } : {}),
+        ...(gpus.length
+          ? {
+              deploy: {
+                resources: {
+                  reservations: { devices: [{ driver: 'nvidia', count: request.gpus, capabilities: ['gpu'] }] },
+                },
+              },
+            }
+          : {}),
       };
       const id = await this.startCompose(request, composeFile, main, labels);
       const handle = { id, workdir };
       await this.makeLogFolders(handle);
+      for (const user of request.users ?? []) await this.assertUser(handle, user);
       // Compose's storage_opt fails as --storage-opt does on overlay2 without quotas; not tried.
       return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
     }
@@ -330,12 +360,16 @@ export class DockerEnvironment implements Environment {
         Memory: Math.round(request.resources.memoryBytes),
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
         PidsLimit: request.resources.pidsLimit,
+        // no-network: only loopback. setNetwork connects it for a phase that may reach the network.
+        ...(request.network === 'none' ? { NetworkMode: 'none' } : {}),
+        ...(gpus.length ? { DeviceRequests: gpus } : {}),
       },
     };
     const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
     await startContainer(container);
     const handle = { id: container.id, workdir };
     await this.makeLogFolders(handle);
+    for (const user of request.users ?? []) await this.assertUser(handle, user);
     return { handle, unenforced };
   }
 
@@ -368,6 +402,52 @@ export class DockerEnvironment implements Environment {
     } catch (err) {
       await this.removeTrial(request.trialId);
       throw err;
+    }
+  }
+
+  /**
+   * GPUs through the NVIDIA container runtime. A host without it has no GPUs for containers: a task that needs them
+   * cannot run here, which is the task's error (one line), never a silent run without them.
+   */
+  private async gpuRequest(count: number): Promise<Docker.DeviceRequest[]> {
+    const runtimes = ((await this.docker.info()) as { Runtimes?: Record<string, unknown> }).Runtimes ?? {};
+    if (!('nvidia' in runtimes)) {
+      throw new TaskEnvironmentError(
+        'EnvironmentStartError',
+        `task.toml environment.gpus = ${count}, and this Docker host has no GPUs (no nvidia runtime)`
+      );
+    }
+    return [{ Driver: 'nvidia', Count: count, Capabilities: [['gpu']] }];
+  }
+
+  /** A task.toml user that the image lacks would make every later exec fail with a runtime error: say so now. */
+  private async assertUser(handle: EnvironmentHandle, user: string): Promise<void> {
+    const probe = await this.exec(handle, { command: 'true', user }).catch((err: unknown) => {
+      if (err instanceof TaskEnvironmentError) return { exitCode: -1, stdout: '', stderr: err.message };
+      throw err;
+    });
+    if (probe.exitCode !== 0) {
+      throw new TaskEnvironmentError(
+        'EnvironmentStartError',
+        `task.toml user "${user}" cannot run commands in the image: ${(probe.stdout + probe.stderr).trim()}`
+      );
+    }
+  }
+
+  /**
+   * The container on its own networks (the default bridge; a compose project's network), or on none at all. A container created with NetworkMode none holds
+   * the `none` network, which must be left before joining another; with no network left it has only loopback.
+   */
+  async setNetwork(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void> {
+    const info = await this.docker.getContainer(handle.id).inspect();
+    const joined = Object.keys(info.NetworkSettings?.Networks ?? {});
+    const own = info.Config?.Labels?.[LABEL_PUBLIC_NETWORKS] ?? 'bridge';
+    const wanted = network === 'public' ? own.split(',') : [];
+    for (const name of joined.filter((n) => !wanted.includes(n))) {
+      await this.docker.getNetwork(name).disconnect({ Container: handle.id, Force: true });
+    }
+    for (const name of wanted.filter((n) => !joined.includes(n))) {
+      await this.docker.getNetwork(name).connect({ Container: handle.id });
     }
   }
 

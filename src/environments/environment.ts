@@ -3,6 +3,7 @@
  * Methods take serialisable handles so that any activity attempt, on any worker of the same host, can address an
  * environment started by an earlier one.
  */
+import type { PhaseNetwork } from '../task/policy';
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
 import type { CollectBudget } from './host-files';
 
@@ -114,6 +115,12 @@ export interface StartRequest {
    * earlier attempt's verifier environment is replaced). Removed with the trial.
    */
   role?: 'verifier';
+  /** The network it starts with (task.toml's baseline); default public. */
+  network?: PhaseNetwork;
+  /** GPUs the task asks for ([environment] gpus): a host that has none refuses the task. */
+  gpus?: number;
+  /** Users commands will run as ([agent] / [verifier] user): each must exist in the environment. */
+  users?: string[];
 }
 
 export interface StartResult {
@@ -175,6 +182,11 @@ export interface Environment {
    * absent where environments have a single container.
    */
   service?(handle: EnvironmentHandle, name: string): Promise<EnvironmentHandle>;
+  /**
+   * Connects the environment to the network or cuts it off (only loopback left), for a phase whose task.toml
+   * network_mode differs from the baseline. Absent where the network cannot be changed (local: the host's own).
+   */
+  setNetwork?(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void>;
   /** Absent where environments cannot be snapshotted (local): agents then install in every trial. */
   readonly snapshots?: InstallSnapshots;
   /**

@@ -66,7 +66,12 @@ export class LocalEnvironment implements Environment {
     const root = await mkdtemp(path.join(tmpdir(), this.rootPrefix(request.trialId)));
     for (const dir of ['logs/agent', 'logs/verifier', 'app']) await mkdir(path.join(root, dir), { recursive: true });
     await writeFile(path.join(root, START_ENV_FILE), JSON.stringify(request.env));
-    return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced: ['cpus', 'memory', 'storage', 'pids'] };
+    // The host's own processes: no limits, the host's network and GPUs, and the worker's user.
+    const unenforced = ['cpus', 'memory', 'storage', 'pids'];
+    if (request.network === 'none') unenforced.push('network');
+    if (request.gpus) unenforced.push('gpus');
+    if (request.users?.length) unenforced.push('user');
+    return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced };
   }
 
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {

@@ -5,6 +5,7 @@ import { catalogueAgent, isOracle } from '../agents/agent';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement } from '../environments';
+import { healthcheckBudgetSec } from '../environments/healthcheck';
 import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
 import type { StepTimeouts, TrialSpec } from '../trial/types';
@@ -148,7 +149,12 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
   return {
     build: scale(task.config.environment.build_timeout_sec),
     // A catalogue agent's start may wait for another trial on the host to finish installing it (install snapshots).
-    start: scale(START_SEC + (catalogueAgent(agent)?.kind === 'installed' ? agent.install_timeout_sec : 0)),
+    // Its healthcheck (task.toml) must pass within it too.
+    start: scale(
+      START_SEC +
+        (catalogueAgent(agent)?.kind === 'installed' ? agent.install_timeout_sec : 0) +
+        healthcheckBudgetSec(task.config.environment.healthcheck)
+    ),
     install: scale(isOracle(agent) ? ORACLE_INSTALL_SEC : agent.install_timeout_sec),
     execute: scale(task.config.agent.timeout_sec),
     verify: scale(verifier),

@@ -5,7 +5,8 @@ import { parseBytes, parseCpus } from '../quantity';
 /**
  * task.toml: the spec's format (version = "1.0", memory = "2G") and Harbor's newer one (schema_version = "1.4",
  * [task] name, cpus = 1, memory_mb, storage_mb, gpus, [verifier.env], [solution.env]) are both accepted unchanged.
- * Keys Harbor defines but Rollout does not act on yet are accepted and ignored; any other key is an error.
+ * Every key either acts or, when a task sets it, is named in the trial's `unenforced_limits` (TASK_KEYS says which);
+ * any other key is an error.
  */
 
 const quantity = (parse: (v: string | number) => number) =>
@@ -22,9 +23,29 @@ const quantity = (parse: (v: string | number) => number) =>
   );
 
 const envTable = z.record(z.string(), z.string());
+/** Accepted as Harbor defines it; Rollout does not act on it (the trial lists it in unenforced_limits). */
 const ignored = z.unknown().optional();
-const networkKeys = { network_mode: ignored, allowed_hosts: ignored };
 const timeoutSec = z.number().positive();
+/** A user name or uid, as Harbor takes it: `docker exec --user` gets it as text. */
+const user = z
+  .union([z.string().min(1), z.number().int().nonnegative()])
+  .transform(String)
+  .optional();
+
+export const NETWORK_MODES = ['public', 'no-network', 'allowlist'] as const;
+export type NetworkMode = (typeof NETWORK_MODES)[number];
+const networkKeys = { network_mode: z.enum(NETWORK_MODES).optional(), allowed_hosts: z.array(z.string()).optional() };
+
+/** Docker HEALTHCHECK's options, with Harbor's defaults: it must pass before the agent is installed. */
+const Healthcheck = z.strictObject({
+  command: z.string().min(1),
+  interval_sec: z.number().nonnegative().default(5),
+  timeout_sec: z.number().positive().default(30),
+  start_period_sec: z.number().nonnegative().default(0),
+  start_interval_sec: z.number().nonnegative().default(5),
+  retries: z.number().int().positive().default(3),
+});
+export type HealthcheckConfig = z.infer<typeof Healthcheck>;
 
 const EnvironmentSection = z.strictObject({
   build_timeout_sec: timeoutSec.default(600),
@@ -38,13 +59,18 @@ const EnvironmentSection = z.strictObject({
   pids_limit: z.number().int().positive().optional(),
   env: envTable.default({}),
   workdir: z.string().optional(),
-  os: ignored,
+  os: z
+    .string()
+    .transform((os) => os.toLowerCase())
+    .pipe(z.enum(['linux', 'windows']))
+    .default('linux'),
   gpu_types: ignored,
   tpu: ignored,
   mcp_servers: ignored,
   skills_dir: ignored,
-  healthcheck: ignored,
-  allow_internet: ignored,
+  healthcheck: Healthcheck.optional(),
+  /** Harbor's older key: false is network_mode = "no-network" (when network_mode is not set). */
+  allow_internet: z.boolean().optional(),
   ...networkKeys,
 });
 
@@ -83,7 +109,7 @@ const VerifierSection = z
   .strictObject({
     timeout_sec: timeoutSec.default(600),
     env: envTable.default({}),
-    user: ignored,
+    user,
     /** Harbor: absent means separate when [verifier.environment] is set, else shared. */
     environment_mode: z.enum(['shared', 'separate']).nullable().optional(),
     environment: EnvironmentSection.nullable().optional(),
@@ -103,7 +129,7 @@ export const TaskConfigSchema = z.strictObject({
   metadata: z.record(z.string(), z.unknown()).default({}),
   task: z.looseObject({ name: z.string().optional() }).optional(),
   verifier: VerifierSection.prefault({}),
-  agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user: ignored, ...networkKeys }).prefault({}),
+  agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user, ...networkKeys }).prefault({}),
   environment: EnvironmentSection.prefault({}),
   solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
   steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),

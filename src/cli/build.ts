@@ -1,0 +1,161 @@
+/**
+ * `rollout build <job.yaml | dataset>`: every Docker environment a job needs, built ahead of it, a bounded number at
+ * once, with progress. Images are keyed by the content of environment/ (the same key jobs use), so a job finds them
+ * and starts without build time. They belong to no job: `delete: true` releases only a job's own reference to them.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import path from 'node:path';
+
+import { DockerEnvironment } from '../environments/docker';
+import { environmentKey } from '../environments/env-key';
+import { environmentRequirement } from '../environments';
+import { TaskEnvironmentError } from '../environments/environment';
+import { InputError } from '../errors';
+import { loadJobDatasets } from '../job/datasets';
+import { loadJobFile } from '../job/load';
+import { jobFiles, readJson } from '../results/files';
+import type { ResolvedJob } from '../job/load';
+import type { Task } from '../task/load';
+import { loadDataset } from '../task/load';
+import { formatDuration } from './progress';
+
+export interface BuildOptions {
+  parallel?: number;
+  force: boolean;
+  hostId: string;
+}
+
+/** One image to build: the first task that needs it names it. */
+interface EnvironmentBuild {
+  envKey: string;
+  task: Task;
+  tasks: number;
+  timeoutMs: number;
+}
+
+/** `rollout build`: 0 when every environment is there, 1 when any failed to build (each named with its reason). */
+export async function buildEnvironments(target: string, options: BuildOptions): Promise<number> {
+  if (!existsSync(target)) throw new InputError([{ file: target, message: 'no such job file or dataset folder' }]);
+  const { tasks, timeoutMultiplier } = await tasksOf(target);
+  const builds = new Map<string, EnvironmentBuild>();
+  for (const task of tasks) {
+    const envKey = await environmentKey(path.join(task.dir, 'environment'), task.config.environment.docker_image);
+    const known = builds.get(envKey);
+    if (known) known.tasks += 1;
+    else {
+      const timeoutMs = task.config.environment.build_timeout_sec * timeoutMultiplier * 1000;
+      builds.set(envKey, { envKey, task, tasks: 1, timeoutMs });
+    }
+  }
+
+  const docker = new DockerEnvironment({ hostId: options.hostId, deployment: 'rollout-build' });
+  await docker.ping();
+  const builder = `rollout-build/${new Date().toISOString()}`;
+  const parallel = options.parallel ?? Math.max(1, Math.min(4, availableParallelism()));
+  const progress = new BuildProgress(builds.size, tasks.length, parallel);
+  const failures: string[] = [];
+  const queue = [...builds.values()];
+  const worker = async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const build = next;
+      const startedAt = Date.now();
+      progress.started();
+      try {
+        const { image, fresh } = await docker.prebuild({
+          contextDir: path.join(build.task.dir, 'environment'),
+          envKey: build.envKey,
+          dockerImage: build.task.config.environment.docker_image,
+          force: options.force,
+          jobName: builder,
+          timeoutMs: build.timeoutMs,
+        });
+        const how = fresh ? `built in ${formatDuration(Date.now() - startedAt)}` : 'already built';
+        progress.finished(`${image} (${build.task.name}${build.tasks > 1 ? ` +${build.tasks - 1}` : ''}): ${how}`);
+      } catch (err) {
+        if (!(err instanceof TaskEnvironmentError)) throw err;
+        const reason = err.message.trim().split('\n').slice(-3).join(' / ');
+        failures.push(`${build.task.dir}: ${err.type}: ${reason}`);
+        progress.finished(`${build.task.name}: FAILED`, true);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, builds.size) }, worker));
+  progress.done();
+  for (const failure of failures) console.error(`error: ${failure}`);
+  return failures.length ? 1 : 0;
+}
+
+/** The tasks of a job file (its datasets, registry ones downloaded and pinned as the job pins them) or a dataset. */
+async function tasksOf(target: string): Promise<{ tasks: Task[]; timeoutMultiplier: number }> {
+  const requirement = environmentRequirement('docker');
+  if (statSync(target).isDirectory()) {
+    const loaded = await loadDataset(target, requirement);
+    if (loaded.problems.length) throw new InputError(loaded.problems);
+    return { tasks: loaded.tasks, timeoutMultiplier: 1 };
+  }
+  const job = await loadJobFile(target);
+  if (job.environment.type !== 'docker') {
+    throw new InputError([
+      {
+        file: target,
+        field: 'environment.type',
+        message: `rollout build builds Docker images; this job uses ${job.environment.type}`,
+      },
+    ]);
+  }
+  const { datasets } = await loadJobDatasets(job, {
+    requirement,
+    previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
+  });
+  return { tasks: datasets.flatMap((d) => d.tasks), timeoutMultiplier: job.timeout_multiplier };
+}
+
+/** Progress on stderr: a redrawn bar on a terminal, else a line per finished environment. */
+class BuildProgress {
+  private count = 0;
+  private failed = 0;
+  private running = 0;
+  private readonly startedAt = Date.now();
+  private readonly stream = process.stderr;
+
+  constructor(
+    private readonly total: number,
+    tasks: number,
+    parallel: number
+  ) {
+    this.stream.write(`${total} environments for ${tasks} tasks, ${parallel} at once\n`);
+  }
+
+  started(): void {
+    this.running += 1;
+    this.draw();
+  }
+
+  finished(line: string, failed = false): void {
+    this.running -= 1;
+    this.count += 1;
+    if (failed) this.failed += 1;
+    if (this.stream.isTTY) this.stream.write('\r\x1b[2K');
+    this.stream.write(`[${this.count}/${this.total}] ${line}\n`);
+    this.draw();
+  }
+
+  done(): void {
+    if (this.stream.isTTY) this.stream.write('\r\x1b[2K');
+    const failed = this.failed ? `, ${this.failed} failed` : '';
+    this.stream.write(
+      `${this.count - this.failed} of ${this.total} environments ready${failed} (${formatDuration(Date.now() - this.startedAt)})\n`
+    );
+  }
+
+  private draw(): void {
+    if (!this.stream.isTTY) return;
+    const width = 30;
+    const filled = Math.round((this.count / Math.max(1, this.total)) * width);
+    const bar = `${'█'.repeat(filled)}${'░'.repeat(width - filled)}`;
+    this.stream.write(
+      `\r\x1b[2K${bar} ${this.count}/${this.total} · ${this.running} building · ${this.failed} failed · ${formatDuration(Date.now() - this.startedAt)}`
+    );
+  }
+}
