@@ -15,9 +15,11 @@ const WRAPPERS = new Set(['optional', 'default', 'prefault', 'nullable', 'pipe',
 
 /**
  * Dotted paths of a schema's keys: objects with a fixed shape are walked into; a table of free keys (a record, or
- * `[task]`, which keeps unknown keys) and anything else is one key.
+ * `[task]`, which keeps unknown keys), a table TASK_KEYS handles as a whole (e.g. a separate verifier's
+ * `[verifier.environment]`), and anything else is one key.
  */
 function schemaKeys(schema: z.ZodType, prefix: string): string[] {
+  if (prefix in TASK_KEYS) return [prefix];
   const def = (schema as unknown as { def: { type: string; innerType?: z.ZodType; in?: z.ZodType; shape?: object } })
     .def;
   if (WRAPPERS.has(def.type)) {
