@@ -47,6 +47,9 @@ if ! docker buildx version >/dev/null 2>&1 || ! docker compose version >/dev/nul
 fi
 log "$(docker buildx version | head -1); $(docker compose version | head -1)"
 
+# --- Dockerfile heredocs (a newer Dockerfile frontend, as a local image) ------
+bash "$(dirname "$0")/dockerfile-frontend.sh"
+
 # --- Base image (no registry here: build it from Debian's packages) ---------
 if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap

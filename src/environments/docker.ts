@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { Writable } from 'node:stream';
@@ -48,6 +48,8 @@ import type { CollectBudget } from './host-files';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
+/** The local image scripts/dockerfile-frontend.sh builds (ROLLOUT_DOCKERFILE_FRONTEND overrides; empty: none). */
+const DOCKERFILE_FRONTEND = 'rollout-dockerfile-frontend:1.4.3';
 /** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
 const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 const SNAPSHOT_REPOSITORY = 'rollout-agent';
@@ -197,6 +199,9 @@ export class DockerEnvironment implements Environment {
     const labels = this.imageLabelsOf(request);
     const args = ['buildx', 'build', '--load', '--progress=plain', '--tag', tag];
     for (const [key, value] of Object.entries(labels)) args.push('--label', `${key}=${value}`);
+    const frontend = await this.dockerfileFrontend();
+    // It replaces the engine's own frontend, and a Dockerfile's `# syntax=` line (which would need a registry).
+    if (frontend) args.push('--build-arg', `BUILDKIT_SYNTAX=${frontend}`);
     const exitCode = await runCommand('docker', [...args, request.contextDir], {
       signal,
       env: { DOCKER_HOST: this.dockerHost() },
@@ -213,7 +218,15 @@ export class DockerEnvironment implements Environment {
     if (/'buildx' is not a docker command|unknown command: docker buildx/.test(output.text())) {
       throw new Error('docker buildx is not installed on this worker (scripts/setup.sh installs it)');
     }
+    const needsFrontend = frontend ? null : await missingFrontendProblem(request.contextDir, output.text());
+    if (needsFrontend) throw new TaskEnvironmentError('EnvironmentBuildError', needsFrontend);
     throw new TaskEnvironmentError('EnvironmentBuildError', output.text() || `docker buildx build exited ${exitCode}`);
+  }
+
+  /** Rollout's Dockerfile frontend image (scripts/dockerfile-frontend.sh) when this Docker host has it, else null. */
+  private async dockerfileFrontend(): Promise<string | null> {
+    const image = process.env.ROLLOUT_DOCKERFILE_FRONTEND ?? DOCKERFILE_FRONTEND;
+    return image && (await this.imageLabels(image)) ? image : null;
   }
 
   /**
@@ -746,6 +759,34 @@ export class DockerEnvironment implements Environment {
       throw err;
     }
   }
+}
+
+/**
+ * Why a build failed for want of Rollout's Dockerfile frontend, naming the Dockerfile line: a heredoc (the engine's
+ * own frontend reads its first line of text as an instruction) or a `# syntax=` line (its frontend is not on the host,
+ * and no registry can be reached). Null when the failure is something else.
+ */
+async function missingFrontendProblem(contextDir: string, output: string): Promise<string | null> {
+  const dockerfile = path.join(contextDir, 'Dockerfile');
+  const lines = (await readFile(dockerfile, 'utf8').catch(() => '')).split('\n');
+  const fix = `this Docker host lacks Rollout's Dockerfile frontend (${DOCKERFILE_FRONTEND}): run scripts/setup.sh, which builds it`;
+  const parseError = /dockerfile parse error line (\d+): unknown instruction/i.exec(output);
+  if (parseError) {
+    const failed = Number(parseError[1]);
+    const heredoc = lines.slice(0, failed).findLastIndex((line) => /^\s*[A-Za-z]+\s.*<<-?\s*["']?[A-Za-z_]/.test(line));
+    if (heredoc >= 0)
+      return `${dockerfile}:${heredoc + 1}: a heredoc (${lines[heredoc]?.trim()}) needs BuildKit's Dockerfile 1.4 syntax; ${fix}`;
+  }
+  const syntax = lines.findIndex((line) => /^#\s*syntax\s*=/i.test(line));
+  if (
+    syntax >= 0 &&
+    /failed to (resolve source metadata|solve with frontend gateway|load cache key)|pull access denied|dial tcp|no such host/i.test(
+      output
+    )
+  ) {
+    return `${dockerfile}:${syntax + 1}: ${lines[syntax]?.trim()} would pull its frontend from a registry; ${fix}`;
+  }
+  return null;
 }
 
 /** Per base image id and install key: a rebuilt base image never reuses an install made over the old one. */
