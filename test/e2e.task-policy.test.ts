@@ -193,10 +193,9 @@ describe('task.toml policies on Docker', () => {
         '',
       ].join('\n')
     );
-    [oracleRun, probeRun] = await Promise.all([
-      runCli(['oracle.yaml'], { cwd: dir }),
-      runCli(['probe.yaml'], { cwd: dir }),
-    ]);
+    // One after the other: a CLI whose job is done exits, and its worker may hold trials of a job running beside it.
+    oracleRun = await runCli(['oracle.yaml'], { cwd: dir });
+    probeRun = await runCli(['probe.yaml'], { cwd: dir });
   });
   after(async () => {
     await removeJobLeftovers(oracleJob);
