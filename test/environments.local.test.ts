@@ -241,12 +241,14 @@ describe('environmentRequirement', () => {
     assert.deepEqual(await docker({ dir: await taskWith({ Dockerfile: 'FROM scratch' }), config: config() }), []);
   });
 
-  it('docker names a docker-compose file as not supported yet', async () => {
-    const dir = await taskWith({ 'docker-compose.yml': 'services: {}' });
+  it('docker takes a docker-compose file beside the Dockerfile, and still needs the Dockerfile for main', async () => {
+    const compose = { 'docker-compose.yml': 'services: {}' };
+    const withDockerfile = await taskWith({ ...compose, Dockerfile: 'FROM scratch' });
+    assert.deepEqual(await environmentRequirement('docker')({ dir: withDockerfile, config: config() }), []);
+    const dir = await taskWith(compose);
     const [problem, ...rest] = await environmentRequirement('docker')({ dir, config: config() });
     assert.deepEqual(rest, []);
-    assert.equal(problem?.file, path.join(dir, 'environment', 'docker-compose.yml'));
-    assert.match(problem?.message ?? '', /^docker-compose environments are not supported yet/);
+    assert.equal(problem?.file, path.join(dir, 'environment', 'Dockerfile'));
   });
 
   it('local needs nothing', async () => {
