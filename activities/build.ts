@@ -1,7 +1,7 @@
-import { rm } from 'node:fs/promises';
 import path from 'node:path';
 
 import { TaskEnvironmentError } from '../src/environments/environment';
+import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
 import { separateVerifierEnvironment } from '../src/task/schema';
 import type { TrialSpec } from '../src/trial/types';
@@ -21,8 +21,9 @@ export interface BuildOutput {
 /** Step 1: the trial's image, built from environment/ once per content hash (or the task's docker_image). */
 export function buildEnvironment(deps: ActivityDeps) {
   return async function buildEnvironment({ spec }: BuildInput): Promise<BuildOutput> {
-    // A trial that starts (or restarts) begins with an empty folder: no stale logs from an earlier run.
-    await rm(jobFiles.trialDir(spec.jobDir, spec.trialName), { recursive: true, force: true });
+    // A trial that starts (or runs again) begins with an empty folder: no stale logs from an earlier run, whose
+    // model calls alone are kept (they were paid for; the trial's usage counts them).
+    await startTrialRun(jobFiles.trialDir(spec.jobDir, spec.trialName));
     const task = await loadTrialTask(spec);
     await log(spec, 'build', `building environment ${spec.envKey} on ${deps.hostId}`);
     const output: string[] = [];

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { LLM_CALLS_FILE, readCallRecords } from '../src/gateway/records';
 import type { LlmCallRecord } from '../src/gateway/records';
 import type { JobResult } from '../src/results/job-result';
+import { earlierCallFiles } from '../src/results/earlier-runs';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
@@ -34,18 +35,22 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
       `failed on ${error.host ?? 'no host'}: ${error.type}: ${error.message}`
     );
   }
-  const agentDir = path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent');
+  const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+  const agentDir = path.join(trialDir, 'agent');
+  let usage: TrialUsage | null = null;
+  // Calls of earlier runs (a retry after a rate limit, a restart) count in the usage: they were made and paid for.
+  for (const file of await earlierCallFiles(trialDir)) {
+    for await (const record of readCallRecords(file)) addCall((usage ??= emptyUsage()), record);
+  }
   const records: LlmCallRecord[] = [];
   for await (const record of readCallRecords(path.join(agentDir, LLM_CALLS_FILE))) records.push(record);
-  let usage: TrialUsage | null = null;
   if (records.length > 0) {
-    usage = emptyUsage();
-    for (const record of records) addCall(usage, record);
+    for (const record of records) addCall((usage ??= emptyUsage()), record);
     const trajectory = buildTrajectory(records, {
       sessionId: spec.trialId,
-      agentName: spec.agentName,
-      agentVersion: null,
-      model: records.find((r) => r.model)?.model ?? null,
+      agentName: result.agent?.name ?? spec.agentName,
+      agentVersion: result.agent?.version ?? null,
+      model: result.agent?.model ?? records.find((r) => r.model)?.model ?? null,
     });
     if (trajectory) await writeJsonAtomic(path.join(agentDir, 'trajectory.json'), trajectory);
   }

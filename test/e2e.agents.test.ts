@@ -1,27 +1,37 @@
 /**
  * Built-in agents for real: each installed from its registry (npm, PyPI) into a container built FROM
- * debian:bookworm-slim, run headless on the hello-world task against the scripted model server (the stand-in for
- * vendor APIs), graded by the task's verifier. Two attempts per agent: the second starts from the install snapshot.
- * All slow real-agent tests live here, sharing one job (one image build, one install per agent). mini-swe-agent and
- * aider (PyPI) install here too but are not in it yet: see docs/agents.md.
+ * debian:bookworm-slim, run headless on the hello-world task through the worker's model gateway (their default)
+ * against the scripted model server (the stand-in for vendor APIs), graded by the task's verifier. The scripted
+ * server listens on 127.0.0.1 only, which containers cannot reach: every call must pass through the gateway. The
+ * verifier greps every process's environment and the whole filesystem for the real key. Two attempts per agent:
+ * the second starts from the install snapshot. All slow real-agent tests live here, sharing one job (one image
+ * build, one install per agent).
  */
 import assert from 'node:assert/strict';
-import { readFile, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import type { Client, Connection } from '@temporalio/client';
 import { stringify } from 'yaml';
 
 import { builtinAgent } from '../src/agents/registry';
+import { jobWorkflowId } from '../src/job/plan';
+import type { LlmCallRecord } from '../src/gateway/records';
+import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
-import { dockerHostAddress, imagesOfJob, removeJobLeftovers } from './support/docker';
-import type { ScriptedModelServer, ScriptedTurn } from './support/scripted-model-server';
+import { imagesOfJob, removeJobLeftovers } from './support/docker';
+import { validateWithHarbor } from './support/harbor';
+import type { ScriptedModelServer, ScriptedSession, ScriptedTurn } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
-import { testTemporal } from './support/temporal';
+import { REPO_ROOT, testTemporal } from './support/temporal';
 
 const jobName = `agents-${process.pid}`;
+const JOB_TIMEOUT_MS = 40 * 60_000;
+const KEY = `sk-real-${randomBytes(12).toString('hex')}`;
 const HELLO = "printf 'Hello, world!' > /app/hello.txt";
 const terminusReply = (commands: string[], complete: boolean): ScriptedTurn => ({
   text: JSON.stringify({
@@ -31,70 +41,112 @@ const terminusReply = (commands: string[], complete: boolean): ScriptedTurn => (
     task_complete: complete,
   }),
 });
+const TERMINUS_TURNS = [terminusReply([HELLO], false), terminusReply([], true), terminusReply([], true)];
+/** aider's prompt holds example exchanges (so its first call's turn index is not 0); it makes one edit call. */
+const AIDER_WHOLE_FILE: ScriptedTurn = { text: 'hello.txt\n```\nHello, world!\n```\n' };
 
-/** Per agent: its scripted turns and the env pointing it at its session (`url` is the server as the agent sees it). */
-const AGENTS: Record<string, { turns: ScriptedTurn[]; env: (url: string) => Record<string, string>; local?: true }> = {
-  terminus: {
-    turns: [terminusReply([HELLO], false), terminusReply([], true), terminusReply([], true)],
-    env: (url) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: 'sk-scripted-terminus' }),
-    local: true,
+const openai = (url: string) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}' });
+
+/** Per job agent: its catalogue agent, scripted turns, env (`url` is its session on the scripted server), extras. */
+const AGENTS: Record<
+  string,
+  {
+    agent?: string;
+    turns: ScriptedTurn[];
+    env: (url: string) => Record<string, string>;
+    kwargs?: Record<string, unknown>;
+    fault?: { kind: 'rate-limit'; times: number; retryAfterSec: number };
+  }
+> = {
+  terminus: { turns: TERMINUS_TURNS, env: openai },
+  // A rate limit on the first call: the run ends in ApiRateLimitError, job.yaml `retry` runs the trial again.
+  'terminus-rate-limited': {
+    agent: 'terminus',
+    turns: TERMINUS_TURNS,
+    env: openai,
+    fault: { kind: 'rate-limit', times: 1, retryAfterSec: 0 },
   },
   'claude-code': {
     turns: [{ shell: HELLO }, { say: 'done' }],
-    env: (url) => ({ ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: 'sk-scripted-claude' }),
+    env: (url) => ({ ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: '${ROLLOUT_TEST_KEY}' }),
   },
-  codex: {
-    turns: [{ shell: HELLO }, { say: 'done' }],
-    env: (url) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: 'sk-scripted-codex' }),
-  },
+  codex: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
   'gemini-cli': {
     turns: [{ shell: HELLO }, { say: 'done' }],
-    env: (url) => ({ GOOGLE_GEMINI_BASE_URL: url, GEMINI_API_KEY: 'sk-scripted-gemini' }),
+    env: (url) => ({ GOOGLE_GEMINI_BASE_URL: url, GEMINI_API_KEY: '${ROLLOUT_TEST_KEY}' }),
   },
-  'qwen-code': {
-    turns: [{ shell: HELLO }, { say: 'done' }],
-    env: (url) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: 'sk-scripted-qwen' }),
+  'qwen-code': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  opencode: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  'mini-swe-agent': {
+    turns: [{ shell: HELLO }, { shell: 'echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT' }],
+    env: openai,
   },
-  opencode: {
-    turns: [{ shell: HELLO }, { say: 'done' }],
-    env: (url) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: 'sk-scripted-opencode' }),
-  },
+  aider: { turns: Array<ScriptedTurn>(8).fill(AIDER_WHOLE_FILE), env: openai, kwargs: { edit_format: 'whole' } },
 };
+const INSTALLED = Object.keys(AGENTS).filter((name) => builtinAgent(name)?.kind === 'installed');
 
 let dir: string;
 let server: ScriptedModelServer;
+const sessions = new Map<string, ScriptedSession>();
 let run: CliRun;
+let client: Client;
+let connection: Connection;
 const trialDir = (agent: string, attempt: number) =>
   path.join(dir, 'jobs', jobName, `hello-world__${agent}__${attempt}`);
 const trial = async (agent: string, attempt: number) =>
   JSON.parse(await readFile(path.join(trialDir(agent, attempt), 'result.json'), 'utf8')) as TrialResult;
+const callRecords = async (file: string) =>
+  (await readFile(file, 'utf8'))
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as LlmCallRecord);
 
-describe('built-in agents end to end against the scripted model server (stand-in for vendor APIs)', () => {
-  before(async () => {
-    const { connection } = await testTemporal();
-    await connection.close();
-    server = await startScriptedModelServer({ host: '0.0.0.0', port: 0 });
-    const gateway = await dockerHostAddress();
-    dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    const agents = Object.entries(AGENTS).map(([name, agent]) => {
-      server.session(name, { turns: agent.turns });
-      const host = agent.local ? '127.0.0.1' : gateway;
-      return { name, model: 'scripted-model', env: agent.env(`http://${host}:${server.port}/s/${name}`) };
-    });
-    const job = {
-      name: jobName,
-      n_attempts: 2,
-      n_concurrent_trials: 4,
-      // Agents start slowly on a busy 2-core host (node and Python imports): the tasks' 60 s would be tight.
-      timeout_multiplier: 4,
-      environment: { type: 'docker', delete: true },
-      agents,
-      datasets: [{ path: 'tasks' }],
-    };
-    await writeFile(path.join(dir, 'job.yaml'), stringify(job));
-    run = await runCli(['job.yaml'], { cwd: dir });
-  });
+describe('built-in agents end to end through the gateway against the scripted model server (stand-in for vendor APIs)', () => {
+  before(
+    async () => {
+      ({ client, connection } = await testTemporal());
+      server = await startScriptedModelServer({ host: '127.0.0.1', port: 0 });
+      dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
+      const task = path.join(dir, 'tasks', 'hello-world');
+      const verifier = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent', 'verifier.sh');
+      await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(verifier));
+      const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
+      await writeFile(
+        path.join(task, 'task.toml'),
+        toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
+      );
+      const agents = Object.entries(AGENTS).map(([name, agent]) => {
+        sessions.set(
+          name,
+          server.session(name, { turns: agent.turns, ...(agent.fault ? { fault: agent.fault } : {}) })
+        );
+        return {
+          name,
+          ...(agent.agent ? { agent: agent.agent } : {}),
+          model: 'scripted-model',
+          ...(agent.kwargs ? { kwargs: agent.kwargs } : {}),
+          env: agent.env(`${server.url}/s/${name}`),
+        };
+      });
+      const job = {
+        name: jobName,
+        n_attempts: 2,
+        n_concurrent_trials: 4,
+        // Agents start slowly on a busy 2-core host (node and Python imports): the tasks' 60 s would be tight.
+        timeout_multiplier: 4,
+        retry: { error_types: ['ApiRateLimitError'], max_retries: 2, min_wait_sec: 0.2, max_wait_sec: 1 },
+        environment: { type: 'docker', delete: true },
+        agents,
+        datasets: [{ path: 'tasks' }],
+      };
+      await writeFile(path.join(dir, 'job.yaml'), stringify(job));
+      // Cold installs of the Python agents (apt, then pip) take minutes each on a loaded host.
+      run = await runCli(['job.yaml'], { cwd: dir, env: { ROLLOUT_TEST_KEY: KEY }, timeoutMs: JOB_TIMEOUT_MS });
+    },
+    { timeout: JOB_TIMEOUT_MS + 5 * 60_000 }
+  );
   after(async () => {
+    await connection.close();
     await server.close();
     await removeJobLeftovers(jobName);
   });
@@ -104,23 +156,83 @@ describe('built-in agents end to end against the scripted model server (stand-in
   });
 
   for (const name of Object.keys(AGENTS)) {
-    it(`${name}: reward 1 on both attempts, with the installed version and model recorded`, async () => {
+    const catalogueName = AGENTS[name]!.agent ?? name;
+    it(`${name}: reward 1 on both attempts (the key found nowhere in the container), version and model recorded`, async () => {
       for (const attempt of [1, 2]) {
         const result = await trial(name, attempt);
         assert.deepEqual(result.rewards, { reward: 1 }, `${name} attempt ${attempt}: ${JSON.stringify(result.error)}`);
-        assert.equal(result.agent?.name, name);
-        assert.equal(result.agent?.version, builtinAgent(name)?.version);
-        assert.equal(result.agent?.model, 'scripted-model');
+        assert.deepEqual(result.agent, {
+          name: catalogueName,
+          version: builtinAgent(catalogueName)?.version,
+          model: 'scripted-model',
+        });
       }
       const calls = server.calls(name).filter((call) => !call.side && call.turnIndex !== null && call.status === 200);
       assert.ok(calls.length >= 2, `${name}: ${calls.length} scripted turns served`);
     });
+
+    it(`${name}: every call went through the gateway, which put the real key on it; usage equals what was served`, async () => {
+      const served = server.calls(name);
+      assert.ok(served.length > 0);
+      assert.deepEqual([...new Set(served.map((call) => call.credential))], [KEY]);
+      const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
+      const recorded = { input: 0, output: 0, cached: 0 };
+      for (const result of results) {
+        assert.ok(result.usage, `${name}: no usage`);
+        recorded.input += result.usage.input_tokens;
+        recorded.output += result.usage.output_tokens;
+        recorded.cached += result.usage.cached_tokens;
+        assert.equal(result.usage.cost_usd, null, 'scripted-model has no price');
+        assert.match(result.usage.cost_unknown_reason ?? '', /scripted-model/);
+      }
+      const scripted = sessions.get(name)!.usage();
+      assert.deepEqual(recorded, {
+        input: scripted.input_tokens,
+        output: scripted.output_tokens,
+        cached: scripted.cached_tokens,
+      });
+    });
+
+    it(`${name}: its ATIF trajectory passes Harbor's validator and names the agent, version and model`, async () => {
+      for (const attempt of [1, 2]) {
+        const file = path.join(trialDir(name, attempt), 'agent', 'trajectory.json');
+        const verdict = await validateWithHarbor(file);
+        assert.equal(verdict.code, 0, `${name} attempt ${attempt}: ${verdict.output}`);
+        const trajectory = JSON.parse(await readFile(file, 'utf8')) as {
+          agent: { name: string; version: string; model_name?: string };
+          steps: { source: string }[];
+        };
+        const { name: agentName, version, model_name } = trajectory.agent;
+        assert.deepEqual(
+          { agentName, version, model_name },
+          { agentName: catalogueName, version: builtinAgent(catalogueName)?.version, model_name: 'scripted-model' }
+        );
+        assert.ok(trajectory.steps.some((step) => step.source === 'agent'));
+      }
+    });
   }
 
-  for (const name of Object.keys(AGENTS).filter((name) => builtinAgent(name)?.kind === 'installed')) {
+  it('a rate limit ends the run in ApiRateLimitError, retried per `retry`; usage counts the calls of both runs', async () => {
+    const name = 'terminus-rate-limited';
+    const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
+    const retried = results.findIndex((result) => result.retries === 1);
+    assert.ok(retried >= 0, JSON.stringify(results.map((r) => [r.retries, r.error])));
+    assert.equal(results[1 - retried]!.retries, 0);
+    const folder = trialDir(name, retried + 1);
+    const earlier = await callRecords(path.join(folder, 'earlier-runs', '1', 'llm-calls.jsonl'));
+    assert.deepEqual(
+      earlier.map((call) => [call.status, call.error?.type]),
+      [[429, 'ApiRateLimitError']]
+    );
+    const final = await callRecords(path.join(folder, 'agent', 'llm-calls.jsonl'));
+    assert.ok(final.every((call) => call.status === 200));
+    assert.equal(results[retried]!.usage?.n_llm_calls, final.length + 1);
+    const log = await readFile(path.join(folder, 'trial.log'), 'utf8');
+    assert.match(log, /ApiRateLimitError|rate/i);
+  });
+
+  for (const name of INSTALLED) {
     it(`${name}: installed at most once on this host; later attempts start from the install snapshot`, async () => {
-      const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
-      for (const result of results) assert.equal(result.agent?.version, builtinAgent(name)?.version);
       const logs = await Promise.all([1, 2].map((a) => readFile(path.join(trialDir(name, a), 'trial.log'), 'utf8')));
       const installs = await Promise.all(
         [1, 2].map((a) => readFile(path.join(trialDir(name, a), 'agent', 'install.txt'), 'utf8'))
@@ -134,6 +246,42 @@ describe('built-in agents end to end against the scripted model server (stand-in
       assert.equal(installs.filter((text) => /already installed/.test(text)).length, fromSnapshot);
     });
   }
+
+  it('sums usage per agent in the job result and the CLI table', async () => {
+    const job = JSON.parse(await readFile(path.join(dir, 'jobs', jobName, 'result.json'), 'utf8')) as JobResult;
+    for (const name of Object.keys(AGENTS)) {
+      const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
+      const calls = results.reduce((sum, result) => sum + (result.usage?.n_llm_calls ?? 0), 0);
+      const input = results.reduce((sum, result) => sum + (result.usage?.input_tokens ?? 0), 0);
+      assert.equal(job.usage_by_agent[name]?.n_llm_calls, calls, name);
+      assert.equal(job.usage_by_agent[name]?.input_tokens, input, name);
+      assert.match(run.stdout, new RegExp(`${name}\\s+${calls}\\s+${input}\\s`), name);
+    }
+  });
+
+  it('keeps the key out of every job file, the CLI output and the Temporal histories', async () => {
+    const entries = await readdir(path.join(dir, 'jobs', jobName), { withFileTypes: true, recursive: true });
+    const files = entries.filter((e) => e.isFile()).map((e) => path.join(e.parentPath, e.name));
+    for (const file of files) {
+      if ((await stat(file)).size > 64 * 2 ** 20) continue;
+      const text = await readFile(file, 'latin1');
+      assert.ok(!text.includes(KEY), `key found in ${file}`);
+      // Collect redacts resolved secrets: a redaction in an agent's logs would mean the key reached the container.
+      assert.ok(!text.includes('[REDACTED]'), `something was redacted in ${file}`);
+    }
+    assert.ok(!run.stdout.includes(KEY) && !run.stderr.includes(KEY));
+    const workflows = [
+      jobWorkflowId(jobName),
+      ...Object.keys(AGENTS).map((name) => `${jobName}/hello-world__${name}__1`),
+    ];
+    for (const id of workflows) {
+      const history = await client.workflow.getHandle(id).fetchHistory();
+      const text = JSON.stringify(history, (_key, value: unknown) =>
+        value instanceof Uint8Array ? Buffer.from(value).toString('latin1') : value
+      );
+      assert.ok(!text.includes(KEY), `key in the history of ${id}`);
+    }
+  });
 
   it('removes the job image and its install snapshots when the job is done (environment.delete)', async () => {
     const left = (await imagesOfJob(jobName)).map((image) => ({ tags: image.RepoTags, labels: image.Labels }));

@@ -134,6 +134,10 @@ describe('model gateway in real jobs', () => {
     assert.deepEqual(flaky.rewards, { reward: 1 });
     assert.equal(flaky.error, null);
     assert.equal(flaky.retries, 1);
+    // The retried run's call (the 429) counts too: it was made.
+    assert.equal(flaky.usage?.n_llm_calls, 3);
+    const earlier = await readFile(path.join(trial('flaky'), 'earlier-runs', '1', 'llm-calls.jsonl'), 'utf8');
+    assert.equal((JSON.parse(earlier.trim()) as LlmCallRecord).status, 429);
     const limited = await readJson<TrialResult>(path.join(trial('limited'), 'result.json'));
     assert.equal(limited.error?.type, 'ApiRateLimitError');
     assert.equal(limited.retries, 1);

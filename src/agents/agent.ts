@@ -93,9 +93,13 @@ export function isOracle(config: AgentConfig): boolean {
   return (config.agent ?? config.name) === ORACLE_AGENT && config.execute === undefined;
 }
 
-/** Whether the agent's model calls go through the worker's model gateway: `gateway`, default off for custom agents. */
+/**
+ * Whether the agent's model calls go through the worker's model gateway: `gateway` in job.yaml; by default on for
+ * the catalogue's agents (they read the base URL and key variables the gateway rewrites) and off for custom agents
+ * and the oracle (which may call anything, or nothing).
+ */
 export function usesGateway(config: AgentConfig): boolean {
-  return config.gateway ?? false;
+  return config.gateway ?? (!isOracle(config) && catalogueAgent(config) !== undefined);
 }
 
 export function createAgent(config: AgentConfig): Agent {
