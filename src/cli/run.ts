@@ -12,7 +12,9 @@ import { InputError } from '../errors';
 import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
+import type { JobPlan } from '../job/plan';
 import { jobWorkflowId, planJob } from '../job/plan';
+import { startServices } from '../job/services';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
@@ -79,7 +81,15 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   }
   if (options.worker) await createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping();
   await saveJobFolder(plan);
+  const services = await startServices(job.services, path.join(plan.jobDir, 'services'));
+  try {
+    return await watchJob(job, file, plan, options);
+  } finally {
+    await services.stop();
+  }
+}
 
+async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: RunOptions): Promise<number> {
   const endpoint = await resolveTemporal({ startDevServer: true });
   const { connection, client } = await connectClient(endpoint);
   await ensureSearchAttributes(connection, endpoint.namespace);

@@ -134,6 +134,7 @@ function resolveJob(job: JobConfig, file: string, base: string): ResolvedJob {
         return { ...dataset, registry: { path: resolveExisting(base, dataset.registry.path) } };
       return dataset;
     }),
+    services: job.services.map((service) => ({ ...service, cwd: path.resolve(base, service.cwd ?? '.') })),
   };
 }
 

@@ -150,6 +150,24 @@ export const DatasetSchema = z.union([PathDatasetSchema, RegistryDatasetConfigSc
 export type DatasetConfig = z.infer<typeof DatasetSchema>;
 export type RegistryDatasetConfig = z.infer<typeof RegistryDatasetConfigSchema>;
 
+/**
+ * A process `rollout` starts before the job's trials and stops after (src/job/services.ts): a local model server,
+ * say. `${VAR:-default}` in `command` and `ready_url` is resolved from the environment of `rollout`.
+ */
+const ServiceSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only (it names a log file)'),
+  /** Run with bash. */
+  command: z.string().min(1),
+  /** The folder it runs in, relative to the job file; default: the job file's folder. */
+  cwd: z.string().min(1).optional(),
+  /** Polled until it answers (any HTTP status) before the job starts; without it, the job does not wait. */
+  ready_url: z.string().min(1).optional(),
+  ready_timeout_sec: z.number().positive().default(60),
+});
+export type ServiceConfig = z.infer<typeof ServiceSchema>;
+
 export const JobConfigSchema = z
   .strictObject({
     name: z
@@ -204,8 +222,19 @@ export const JobConfigSchema = z
       .optional(),
     agents: z.array(AgentSchema).min(1, 'at least one agent is required'),
     datasets: z.array(DatasetSchema).min(1, 'at least one dataset is required'),
+    services: z.array(ServiceSchema).default([]),
   })
   .superRefine((job, ctx) => {
+    const services = new Set<string>();
+    job.services.forEach((service, index) => {
+      if (services.has(service.name))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['services', index, 'name'],
+          message: `duplicate service "${service.name}"`,
+        });
+      services.add(service.name);
+    });
     const seen = new Set<string>();
     job.agents.forEach((agent, index) => {
       if (seen.has(agent.name))

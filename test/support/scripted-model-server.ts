@@ -19,7 +19,8 @@
  * `server.defaultScenario` (settable; `[{ say: 'done' }]` unless given to startScriptedModelServer).
  * Over HTTP (for a server in another process): `PUT /_sessions/<id>` with a Scenario as JSON body registers it,
  * `GET /_sessions/<id>` returns `{ calls }`. As a process: `node dist/test/support/scripted-model-server.js
- * [--host H] [--port P] [--scenario file.json]` prints `{"url":…}` on its first stdout line and serves until killed.
+ * [--host H] [--port P] [--scenario file.json] [--sessions file.json]` (the default scenario; a scenario per session
+ * id) prints `{"url":…}` on its first stdout line and serves until killed.
  *
  * ## Endpoints (under `/s/<id>`, `?beta=true` and other query strings accepted)
  * - OpenAI Chat Completions: `POST /v1/chat/completions` (`stream: true` → SSE; `stream_options.include_usage` adds a
@@ -968,8 +969,15 @@ if (require.main === module) {
   const defaultScenario = scenarioFile
     ? scenarioSchema.parse(JSON.parse(readFileSync(scenarioFile, 'utf8')))
     : undefined;
+  const sessionsFile = flag('--sessions');
+  const sessions = sessionsFile
+    ? z.record(z.string(), scenarioSchema).parse(JSON.parse(readFileSync(sessionsFile, 'utf8')))
+    : {};
   startScriptedModelServer({ host: flag('--host'), port: Number(flag('--port') ?? 0), defaultScenario })
-    .then((server) => console.log(JSON.stringify({ url: server.url, port: server.port })))
+    .then((server) => {
+      for (const [id, scenario] of Object.entries(sessions)) server.session(id, scenario);
+      console.log(JSON.stringify({ url: server.url, port: server.port }));
+    })
     .catch((err: unknown) => {
       console.error(`error: scripted model server: ${String(err)}`);
       process.exit(1);
