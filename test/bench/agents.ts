@@ -1,9 +1,12 @@
 /**
- * `npm run bench -- agents [agent...]`: per catalogue agent that installs, the cold install (a fresh container FROM
+ * `npm run bench -- agents [gateway | agent...]`: the latency the model gateway adds per call (gateway-latency.ts),
+ * then per catalogue agent that installs (or the ones named), the cold install (a fresh container FROM
  * debian:bookworm-slim, everything from the registries), the snapshot commit, and the cached install (a container
  * started from the snapshot: the install finds the agent in place). Real Docker, real registries; prints figures.
+ * `gateway` alone measures only the gateway.
  */
 import { randomBytes } from 'node:crypto';
+import { cpus, loadavg } from 'node:os';
 
 import type { AgentRun } from '../../src/agents/agent';
 import { createAgent } from '../../src/agents/agent';
@@ -13,11 +16,15 @@ import { DockerEnvironment } from '../../src/environments/docker';
 import { AgentSchema } from '../../src/job/schema';
 import type { Task } from '../../src/task/load';
 import type { EnvironmentHandle } from '../../src/trial/types';
+import { gatewayLatencyBenchmark } from './gateway-latency';
 
 const BASE_IMAGE = 'debian:bookworm-slim';
 const INSTALL_TIMEOUT_MS = 15 * 60_000;
 
 export async function agentsBenchmark(names: string[]): Promise<void> {
+  await gatewayLatencyBenchmark();
+  if (names.length === 1 && names[0] === 'gateway') return;
+  console.log('');
   const agents = BUILTIN_AGENTS.filter((a) => a.kind === 'installed' && (names.length === 0 || names.includes(a.name)));
   const job = `bench-agents-${randomBytes(3).toString('hex')}`;
   const environment = new DockerEnvironment({ hostId: job, deployment: job });
@@ -69,7 +76,8 @@ export async function agentsBenchmark(names: string[]): Promise<void> {
   }
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   console.log(`\n${rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ')).join('\n')}`);
-  console.log(`\nCA trust: ${bundle ? `host bundle ${bundle}` : 'off (no extra CAs on this host)'}`);
+  console.log(`\nload average ${loadavg()[0]!.toFixed(1)} on ${cpus().length} cores`);
+  console.log(`CA trust: ${bundle ? `host bundle ${bundle}` : 'off (no extra CAs on this host)'}`);
 }
 
 function runOn(environment: DockerEnvironment, handle: EnvironmentHandle): AgentRun {
