@@ -1,8 +1,11 @@
+import { existsSync } from 'node:fs';
+import { rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
 import { loadAgentConfig } from '../src/agents/agent';
 import { CollectBudget } from '../src/environments/host-files';
 import { resolveEnvWithSecrets } from '../src/env-vars';
+import { LLM_CALLS_FILE } from '../src/gateway/records';
 import { jobFiles } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
@@ -29,11 +32,19 @@ export function collectLogs(deps: ActivityDeps) {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     const budget = new CollectBudget(spec.collectLimits);
     const trialEnvironment = deps.environment(spec.environmentType);
+    // The gateway's call records are Rollout's: a file of that name from the container never replaces them, nor
+    // stands in for them (usage and the trajectory are built from it).
+    const calls = path.join(trialDir, 'agent', LLM_CALLS_FILE);
+    const gatewayCalls = path.join(trialDir, `.gateway-${LLM_CALLS_FILE}`);
+    // (A retried collect finds them already set aside.)
+    if (!existsSync(gatewayCalls)) await rename(calls, gatewayCalls).catch(ignoreMissing);
     await heartbeating(async () => {
       for (const folder of LOG_FOLDERS) {
         await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
       }
     });
+    await rm(calls, { force: true });
+    await rename(gatewayCalls, calls).catch(ignoreMissing);
     const report = budget.report();
     const [agent, task] = await Promise.all([loadAgentConfig(spec.jobDir, spec.agentName), loadTrialTask(spec)]);
     const { environment, verifier, solution } = task.config;
@@ -55,4 +66,8 @@ export function collectLogs(deps: ActivityDeps) {
     );
     return report;
   };
+}
+
+function ignoreMissing(err: NodeJS.ErrnoException): void {
+  if (err.code !== 'ENOENT') throw err;
 }
