@@ -9,7 +9,7 @@ export default defineAgent({
   version: '0.86.2',
   source: { registry: 'pypi', package: 'aider-chat', bin: 'aider' },
   wireApi: 'openai-chat-completions',
-  verified: false,
+  verified: true,
   systemPackages: {},
   kwargs: z.strictObject({
     edit_format: z.enum(['whole', 'diff', 'udiff', 'diff-fenced']).optional(),

@@ -12,7 +12,7 @@ export default defineAgent({
   version: '2.4.6',
   source: { registry: 'pypi', package: 'mini-swe-agent', bin: 'mini-swe-agent', extraPackages: ['mcp'] },
   wireApi: 'openai-chat-completions',
-  verified: false,
+  verified: true,
   probeArgs: '--help',
   systemPackages: {},
   kwargs: z.strictObject({

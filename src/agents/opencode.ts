@@ -37,7 +37,8 @@ export default defineAgent({
       },
       script: [
         'export ROLLOUT_OPENCODE_BASE_URL="${OPENAI_BASE_URL:-https://api.openai.com/v1}"',
-        `${bin} --model ${shellQuote(`rollout/${name}`)} run --format=json --dangerously-skip-permissions -- "$ROLLOUT_TASK_INSTRUCTION" </dev/null > ${logsDir}/opencode.txt 2>&1`,
+        // Its own log goes to opencode.log: runs that hang (upstream: anomalyco/opencode#35870, #36763) then show where.
+        `${bin} --model ${shellQuote(`rollout/${name}`)} run --format=json --dangerously-skip-permissions --print-logs --log-level INFO -- "$ROLLOUT_TASK_INSTRUCTION" </dev/null > ${logsDir}/opencode.txt 2> ${logsDir}/opencode.log`,
       ].join('\n'),
     };
   },

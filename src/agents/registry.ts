@@ -6,9 +6,12 @@ import aider from './aider';
 import type { BuiltinAgentDefinition } from './builtin';
 import claudeCode from './claude-code';
 import codex from './codex';
+import copilotCli from './copilot-cli';
 import geminiCli from './gemini-cli';
+import kimi from './kimi';
 import miniSweAgent from './mini-swe-agent';
 import opencode from './opencode';
+import pi from './pi';
 import qwenCode from './qwen-code';
 import { terminus } from './terminus';
 
@@ -20,6 +23,9 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   opencode,
   miniSweAgent,
   aider,
+  copilotCli,
+  pi,
+  kimi,
   terminus,
 ];
 
@@ -28,12 +34,20 @@ export function builtinAgent(name: string): BuiltinAgentDefinition | undefined {
 }
 
 /**
- * Agents studied but not shipped, and why: none can be installed from a package registry and driven against a
- * model endpoint Rollout controls. Printed by `rollout agents list --all` and kept in docs/agents.md.
+ * Agents studied but not shipped, and why: not installable from a package registry onto the images available here,
+ * not drivable against a model endpoint Rollout controls, or not verified yet. Printed by `rollout agents list` and
+ * kept in docs/agents.md.
  */
 export const UNSUPPORTED_AGENTS: readonly { name: string; reason: string }[] = [
   { name: 'goose', reason: 'released only as GitHub downloads (no npm or PyPI package)' },
   { name: 'cursor-cli', reason: "installed by a curl script; all inference goes to Cursor's own backend" },
   { name: 'amp', reason: 'on npm, but every model call goes to ampcode.com: no base URL to point at a gateway' },
   { name: 'crush', reason: "the npm package's postinstall downloads a GitHub release" },
+  {
+    name: 'mistral-vibe',
+    reason: 'needs Python >= 3.12: bookworm has 3.11, and Python builds come from GitHub (uv python install)',
+  },
+  { name: 'openhands-sdk', reason: 'needs Python >= 3.12 (as mistral-vibe)' },
+  { name: 'cline', reason: 'on npm; how its CLI takes an OpenAI-compatible base URL is not established: not verified' },
+  { name: 'hermes', reason: 'on PyPI (hermes-agent); how it takes an OpenAI-compatible base URL is not established' },
 ];

@@ -16,6 +16,17 @@ export async function imagesOfJob(jobName: string): Promise<Docker.ImageInfo[]> 
   return engine().listImages({ filters: { label: [`${LABEL_JOB}=${jobName}`] } });
 }
 
+/** An image's tags, or undefined when there is no such image. */
+export async function imageById(id: string): Promise<{ RepoTags?: string[] } | undefined> {
+  return engine()
+    .getImage(id)
+    .inspect()
+    .catch((err: Error & { statusCode?: number }) => {
+      if (err.statusCode === 404) return undefined;
+      throw err;
+    });
+}
+
 export async function removeJobLeftovers(jobName: string): Promise<void> {
   for (const container of await containersOfJob(jobName)) {
     await engine().getContainer(container.Id).remove({ force: true });
