@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { JobConfigSchema } from '../src/job/schema';
 import type { ServiceConfig } from '../src/job/schema';
 import { ServiceStartError, startServices } from '../src/job/services';
+import { alive } from './support/private-dockerd';
 import { waitFor } from './support/wait';
 
 async function freePort(): Promise<number> {
@@ -19,15 +20,6 @@ async function freePort(): Promise<number> {
   const { port } = server.address() as { port: number };
   await new Promise((resolve) => server.close(resolve));
   return port;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const service = (fields: Partial<ServiceConfig> & { command: string }): ServiceConfig => ({

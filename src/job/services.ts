@@ -69,11 +69,12 @@ async function startService(service: ServiceConfig, logFile: string): Promise<Ch
     detached: true,
     stdio: ['ignore', log.fd, log.fd],
   });
-  await log.close();
+  // Listening before anything is awaited: a service that fails at once may exit before the next tick.
   const exited = new Promise<string>((resolve) => {
     child.once('exit', (code, signal) => resolve(signal ? `killed by ${signal}` : `exited ${code}`));
     child.once('error', (err) => resolve(`could not start: ${err.message}`));
   });
+  await log.close();
   if (!readyUrl) return child;
   const deadline = Date.now() + service.ready_timeout_sec * 1000;
   const state: { ended: string | null } = { ended: null };

@@ -101,7 +101,7 @@ function ensureBridge(name: string, address: string): void {
   ip('link', 'set', name, 'up');
 }
 
-function alive(pid: number): boolean {
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
