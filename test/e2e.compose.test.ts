@@ -40,7 +40,8 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
     for (const task of ['compose-sidecar', 'separate-verifier']) {
       await cp(path.join(FIXTURES, task), path.join(dir, 'tasks', task), { recursive: true });
     }
-    await writeOracleJob(dir, { name: jobName, n_concurrent_trials: 2 });
+    // Two attempts of each task, two trials at a time: two projects of one compose task run side by side.
+    await writeOracleJob(dir, { name: jobName, n_concurrent_trials: 2, n_attempts: 2 });
     run = await runCli(['job.yaml'], { cwd: dir });
   });
   after(async () => {
@@ -50,12 +51,15 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
 
   it('runs the agent and the verifier in main, which reach the sidecar (healthy before the agent)', async () => {
     assert.equal(run.code, 0, run.stderr);
-    const trialDir = path.join(dir, 'jobs', jobName, 'compose-sidecar__oracle__1');
-    const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
-    assert.equal(result.error, null, JSON.stringify(result.error));
-    assert.deepEqual(result.rewards, { reward: 1 });
-    // [environment.env] reached main literally ($HOME not interpolated by compose).
-    assert.match(await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8'), /from-main-\$HOME/);
+    for (const attempt of [1, 2]) {
+      const trialDir = path.join(dir, 'jobs', jobName, `compose-sidecar__oracle__${attempt}`);
+      const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
+      assert.equal(result.error, null, JSON.stringify(result.error));
+      assert.deepEqual(result.rewards, { reward: 1 });
+      // [environment.env] reached main literally ($HOME not interpolated by compose), and only this trial's store.
+      const output = await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8');
+      assert.equal(output.trim(), 'store holds: from-main-$HOME');
+    }
   });
 
   it('verifies in a separate environment holding only the artifacts (from main, a sidecar, a collect hook)', async () => {
