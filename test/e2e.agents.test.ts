@@ -142,8 +142,9 @@ describe('built-in agents end to end through the gateway against the scripted mo
         name: jobName,
         n_attempts: 2,
         n_concurrent_trials: 4,
-        // Agents start slowly on a busy 2-core host (node and Python imports): the tasks' 60 s would be tight.
-        timeout_multiplier: 4,
+        // Agents start slowly on a busy 2-core host (node and Python imports; opencode, qwen-code and mini-swe-agent
+        // took 170-205 s of their 240 s at load 33): the tasks' 60 s would be tight.
+        timeout_multiplier: 6,
         retry: { error_types: ['ApiRateLimitError'], max_retries: 2, min_wait_sec: 0.2, max_wait_sec: 1 },
         environment: { type: 'docker', delete: true },
         agents,
