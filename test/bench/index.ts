@@ -1,11 +1,14 @@
 /** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
 import { agentsBenchmark } from './agents';
+import { dockerBenchmark } from './docker';
 import { scaleBenchmark } from './scale';
 import { sessionsBenchmark } from './sessions';
 
 const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
   scale: scaleBenchmark,
   agents: agentsBenchmark,
+  latency: dockerBenchmark('latency'),
+  throughput: dockerBenchmark('throughput'),
   sessions: () => sessionsBenchmark(),
 };
 

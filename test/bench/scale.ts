@@ -114,11 +114,18 @@ async function measure(kind: ServerKind, trials: number): Promise<void> {
   const serverCpuBefore = await cpuTicks(await server.pids());
   const workerCpuBefore = process.cpuUsage();
   const started = Date.now();
-  const { handle } = await submitJob(client, jobFile);
+  const submittedAt = Date.now();
+  const { handle, plan } = await submitJob(client, jobFile);
+  // Worker memory as the job goes: flat means nothing per trial is kept.
+  const rssByProgress: string[] = [];
   const progressTimer = setInterval(() => {
     handle
       .query('progress')
-      .then((p) => console.error(`  ${(p as { finished: number }).finished}/${trials} finished`))
+      .then((p) => {
+        const { finished } = p as { finished: number };
+        rssByProgress.push(`${finished}: ${(process.memoryUsage().rss / 2 ** 20).toFixed(0)}`);
+        console.error(`  ${finished}/${trials} finished`);
+      })
       .catch(() => undefined);
   }, 10_000);
   const final = await handle.result();
@@ -132,6 +139,7 @@ async function measure(kind: ServerKind, trials: number): Promise<void> {
   await running;
   await workerConnection.close();
 
+  const firstBuild = await firstBuildStart(plan.jobDir);
   const histories = await runHistoryLengths(client, `rollout-job/${name}`);
   const events = await historyTotals(client, name);
   const dataGrowth = (await server.dataBytes()) - dataBefore;
@@ -158,10 +166,24 @@ async function measure(kind: ServerKind, trials: number): Promise<void> {
     `  memory: worker RSS peak ${mb(Math.max(...workerRss))} (end ${mb(workerRss[workerRss.length - 1]!)}), ` +
       `server${kind === 'cluster' ? ' + PostgreSQL' : ''} PSS peak ${mb(Math.max(...serverPss))}`
   );
+  console.log(`  worker RSS (MiB) by trials finished: ${rssByProgress.join(', ')}`);
+  console.log(`  first trial's build started ${((firstBuild - submittedAt) / 1000).toFixed(2)} s after submission`);
   console.log(`  database growth: ${mb(dataGrowth)} = ${(dataGrowth / n / 1024).toFixed(1)} KiB per trial`);
   console.log(
     `  Job runs: ${histories.length} (continued-as-new ${final.continuedAsNew} times), longest history ${Math.max(...histories)} events`
   );
+}
+
+/** The earliest build step start over the job's trial results (workflow time, ms). */
+async function firstBuildStart(jobDir: string): Promise<number> {
+  let first = Infinity;
+  for (const entry of await readdir(jobDir, { withFileTypes: true })) {
+    if (!entry.isDirectory()) continue;
+    const text = await readFile(path.join(jobDir, entry.name, 'result.json'), 'utf8').catch(() => null);
+    const started = text ? (JSON.parse(text) as { steps: { build?: { started_at: string } } }).steps.build : undefined;
+    if (started) first = Math.min(first, Date.parse(started.started_at));
+  }
+  return first;
 }
 
 /** Sums history events and bytes of every execution of the job (Job runs and Trials), from visibility. */
