@@ -1,4 +1,7 @@
 /** What every activity shares: its dependencies, heartbeating while Docker works, and typed task failures. */
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
+
 import { Context, ApplicationFailure } from '@temporalio/activity';
 
 import type { Environment } from '../src/environments/environment';
@@ -8,7 +11,7 @@ import type { EnvironmentHandle } from '../src/trial/types';
 import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/job/schema';
 import { appendTrialLog } from '../src/results/trial-log';
-import type { Task } from '../src/task/load';
+import type { Task, TaskLoad } from '../src/task/load';
 import { loadTask } from '../src/task/load';
 import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import { capText, formatProblem } from '../src/errors';
@@ -49,6 +52,14 @@ export async function heartbeating<T>(work: (signal: AbortSignal) => Promise<T>)
   } finally {
     clearInterval(timer);
   }
+}
+
+/**
+ * A quick housekeeping activity, heartbeating while it runs: with a short heartbeat timeout, a worker that died or a
+ * completion the server never got (it was down at that moment) is retried within seconds, not after start-to-close.
+ */
+export function heartbeatingActivity<A extends unknown[], R>(activity: (...args: A) => Promise<R>) {
+  return (...args: A): Promise<R> => heartbeating(() => activity(...args));
 }
 
 /** A task outcome (not an infrastructure failure): never retried, recorded as the trial's error. */
@@ -105,9 +116,36 @@ export function log(spec: TrialSpec, step: string, message: string): Promise<voi
   return appendTrialLog(spec.jobDir, spec.trialName, step, message);
 }
 
-/** Loads the trial's task; a task that no longer validates is a task error, not something to retry. */
+/** Tasks loaded by this worker, by folder, with the modification times of the files they were loaded from. */
+const loadedTasks = new Map<string, { stamp: string; load: Promise<TaskLoad> }>();
+const LOADED_TASKS_KEPT = 1000;
+const TASK_FILES = ['task.toml', 'instruction.md', 'tests/test.sh', 'solution/solve.sh'];
+
+/**
+ * Loads the trial's task (every step needs it: parsed and validated once per worker while its files stay as they
+ * were); a task that no longer validates is a task error, not something to retry.
+ */
 export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
-  const load = await loadTask(spec.taskDir);
+  const times = await Promise.all(
+    TASK_FILES.map((file) =>
+      stat(path.join(spec.taskDir, file)).then(
+        (info) => `${info.mtimeMs}:${info.size}`,
+        () => '-'
+      )
+    )
+  );
+  const stamp = times.join(' ');
+  let cached = loadedTasks.get(spec.taskDir);
+  if (cached?.stamp !== stamp) {
+    cached = { stamp, load: loadTask(spec.taskDir) };
+    loadedTasks.delete(spec.taskDir);
+    if (loadedTasks.size >= LOADED_TASKS_KEPT) loadedTasks.delete(loadedTasks.keys().next().value!);
+    loadedTasks.set(spec.taskDir, cached);
+  }
+  const load = await cached.load.catch((err: unknown) => {
+    loadedTasks.delete(spec.taskDir);
+    throw err;
+  });
   if (!load.task) {
     throw taskFailure('EnvironmentBuildError', load.problems.map(formatProblem).join('; '));
   }

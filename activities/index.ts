@@ -7,7 +7,7 @@ import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';
 import { collectLogs } from './collect';
 import type { ActivityDeps } from './context';
-import { cappingErrors } from './context';
+import { cappingErrors, heartbeatingActivity } from './context';
 import { executeAgent } from './execute';
 import { removeImage } from './images';
 import { installAgent } from './install';
@@ -24,7 +24,7 @@ export type { ActivityDeps, TrialSlots } from './context';
 /** Activities of a provider: the shared claim, and the lifecycle steps served on the host queue. */
 export function createProviderActivities(deps: ActivityDeps) {
   return cappingErrors({
-    claimHost: claimHost(deps),
+    claimHost: heartbeatingActivity(claimHost(deps)),
     buildEnvironment: buildEnvironment(deps),
     startEnvironment: startEnvironment(deps),
     installAgent: installAgent(deps),
@@ -34,14 +34,19 @@ export function createProviderActivities(deps: ActivityDeps) {
     stopEnvironment: stopEnvironment(deps),
     cleanupEnvironment: cleanupEnvironment(deps),
     removeImage: removeImage(deps),
-    writeTrialResult,
+    writeTrialResult: heartbeatingActivity(writeTrialResult),
     runSessionCommand: runSessionCommand(deps),
     writeSessionRecord,
   });
 }
 
 /** Activities of the job itself, served next to the workflows. */
-export const jobActivities = cappingErrors({ readPlanPage, endedTrials, writeJobResult, writeTrialResult });
+export const jobActivities = cappingErrors({
+  readPlanPage: heartbeatingActivity(readPlanPage),
+  endedTrials: heartbeatingActivity(endedTrials),
+  writeJobResult: heartbeatingActivity(writeJobResult),
+  writeTrialResult: heartbeatingActivity(writeTrialResult),
+});
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type JobActivities = typeof jobActivities;

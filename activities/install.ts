@@ -1,4 +1,4 @@
-import { catalogueAgent } from '../src/agents/agent';
+import { agentInfo } from '../src/agents/agent';
 import { installGate } from '../src/agents/install-gate';
 import type { AgentInfo } from '../src/trial/types';
 import type { ActivityDeps } from './context';
@@ -16,12 +16,7 @@ export function installAgent(deps: ActivityDeps) {
     try {
       const { agent, run, config, task } = await prepareAgentRun(deps, input, spec.timeouts.install);
       // A catalogue agent that installs nothing (terminus) is the version this Rollout ships.
-      const builtin = catalogueAgent(config);
-      const info: AgentInfo = {
-        name: builtin?.name ?? config.name,
-        version: builtin?.kind === 'worker' ? builtin.version : null,
-        model: config.model ?? null,
-      };
+      const info = agentInfo(config);
       const result = await heartbeating(() => agent.install(run));
       if (!result) return info;
       const version = result.version

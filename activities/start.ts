@@ -1,12 +1,10 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import { loadAgentConfig } from '../src/agents/agent';
 import { installGate } from '../src/agents/install-gate';
-import { installCaBundle } from '../src/environments/ca-trust';
+import { caBundleStart } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
-import { INSTRUCTION_DIR, INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
+import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import {
   phaseNetworks,
@@ -50,6 +48,8 @@ export function startEnvironment(deps: ActivityDeps) {
       const networks = phaseNetworks(task.config);
       const started = await heartbeating(async (signal) => {
         const key = installSnapshotKey(deps, task, agent, spec.environmentType);
+        const caBundle = containerCaBundle(deps, spec.environmentType);
+        const ca = caBundle ? caBundleStart(caBundle) : null;
         const snapshot = await findSnapshot(environment, image, key, spec, signal);
         const result = await environment.start({
           image: snapshot ?? image,
@@ -65,10 +65,10 @@ export function startEnvironment(deps: ActivityDeps) {
           network: networks.baseline,
           gpus: task.resources.gpus,
           users: taskUsers(task.config),
+          // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
+          files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
+          setup: ca?.setup,
         });
-        await uploadInstruction(environment, result.handle, task.instruction);
-        const caBundle = containerCaBundle(deps, spec.environmentType);
-        if (caBundle) await installCaBundle(environment, result.handle, caBundle);
         const check = task.config.environment.healthcheck;
         if (check) {
           const { attempts } = await runHealthcheck(environment, result.handle, check, signal);
@@ -104,15 +104,4 @@ function findSnapshot(
   if (!key || !snapshots) return Promise.resolve(null);
   const maxWaitMs = Math.max(0, spec.timeouts.start * 1000 - START_MARGIN_MS);
   return installGate.snapshotFor(`${image}\n${key}`, spec.trialId, () => snapshots.find(image, key), signal, maxWaitMs);
-}
-
-/** The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE. */
-async function uploadInstruction(environment: Environment, handle: EnvironmentHandle, instruction: string) {
-  const folder = await mkdtemp(path.join(tmpdir(), 'rollout-instruction-'));
-  try {
-    await writeFile(path.join(folder, path.basename(INSTRUCTION_FILE)), instruction, { mode: 0o644 });
-    await environment.upload(handle, path.join(folder, path.basename(INSTRUCTION_FILE)), INSTRUCTION_DIR);
-  } finally {
-    await rm(folder, { recursive: true, force: true });
-  }
 }

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,6 +20,40 @@ import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/trial/types';
 /** Largest reward file read: far above any real one (a 10 MB reward.json is fine), far below a worker's memory. */
 const REWARD_FILE_MAX_BYTES = 64 * 2 ** 20;
 const REWARD_FILES = ['reward.txt', 'reward.json'] as const;
+
+/**
+ * Shell that prints each reward file that is a regular file (not a link) after a header line `<marker> <name>
+ * <bytes>`, in the test's own exec: no extra round trip to read the reward. An unreadable file prints no size.
+ */
+function printRewardFiles(marker: string): string {
+  const dir = `${CONTAINER_PATHS.logs}/verifier`;
+  return (
+    `for name in ${REWARD_FILES.join(' ')}; do f="${dir}/$name"; ` +
+    `if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s %s %s\\n' ${marker} "$name" "$(wc -c < "$f")"; cat "$f"; fi; done`
+  );
+}
+
+/**
+ * The reward files printed by printRewardFiles; null when the output is not exactly that (cut at the exec's output
+ * limit, a file that changed while printed, not valid UTF-8, an unreadable file): then they are copied out instead.
+ */
+function printedRewardFiles(stdout: string, marker: string): { txt?: string; json?: string } | null {
+  const output = Buffer.from(stdout, 'utf8');
+  const files: { txt?: string; json?: string } = {};
+  let offset = 0;
+  while (offset < output.length) {
+    const lineEnd = output.indexOf(10, offset);
+    if (lineEnd < 0) return null;
+    const header = /^(\S+) (reward\.txt|reward\.json) +(\d+)$/.exec(output.subarray(offset, lineEnd).toString());
+    if (!header || header[1] !== marker) return null;
+    const size = Number(header[3]);
+    const content = output.subarray(lineEnd + 1, lineEnd + 1 + size);
+    if (content.length !== size || content.toString('utf8').includes('\ufffd')) return null;
+    files[header[2] === 'reward.txt' ? 'txt' : 'json'] = content.toString('utf8');
+    offset = lineEnd + 1 + size;
+  }
+  return files;
+}
 
 /**
  * The reward files as files (copied out of the environment, not printed through an exec whose output is cut), each
@@ -57,7 +92,7 @@ export interface VerifyInput {
 /**
  * Step 5. Shared (the default): a clean /logs/verifier (whatever the agent wrote there is removed), tests/ copied to
  * /tests, test.sh run from the working directory with its output in /logs/verifier/test-stdout.txt, then the reward
- * read. Separate (Harbor's `verifier.environment_mode`): the collect hooks run, the artifacts are copied out of the
+ * read (printed by the same exec; copied out when that output cannot be trusted). Separate (Harbor's `verifier.environment_mode`): the collect hooks run, the artifacts are copied out of the
  * agent's environment, and test.sh runs in an environment of its own, built from tests/ (which owns /tests), holding
  * only those artifacts; its /logs/verifier then replaces the agent environment's, where collect finds it.
  */
@@ -177,9 +212,10 @@ async function test(
   signal: AbortSignal
 ): Promise<Rewards> {
   const { logs, tests } = CONTAINER_PATHS;
+  const marker = `rollout-reward-${randomBytes(8).toString('hex')}`;
   const run = await inPhaseNetwork(environment, handle, task.config, 'verifier', () =>
     environment.exec(handle, {
-      command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1`,
+      command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1; ${printRewardFiles(marker)}`,
       env: resolveWorkerEnv(task.config.verifier.env),
       user: task.config.verifier.user,
       timeoutMs: spec.timeouts.verify * 1000,
@@ -189,7 +225,8 @@ async function test(
   await log(spec, 'verify', run.timedOut ? 'tests/test.sh timed out' : `tests/test.sh exit ${run.exitCode}`);
   if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${spec.timeouts.verify} s`);
 
-  const reward = readReward(await downloadRewardFiles(environment, handle));
+  const printed = printedRewardFiles(run.stdout, marker);
+  const reward = readReward(printed ?? (await downloadRewardFiles(environment, handle)));
   if ('error' in reward) {
     await log(spec, 'verify', `${reward.error}: ${reward.message}`);
     throw taskFailure(reward.error, reward.message);

@@ -210,8 +210,17 @@ describe('DockerEnvironment', () => {
   });
 
   it('starts a labelled container with the limits, environment and the image working directory', async () => {
+    const caFile = path.join(await scratchDir(), 'bundle.crt');
+    await writeFile(caFile, 'a bundle\n');
     const started = await environment.start(
-      startRequest('trial-1', { env: { ROLLOUT_TASK_INSTRUCTION: 'do "it" now' } })
+      startRequest('trial-1', {
+        env: { ROLLOUT_TASK_INSTRUCTION: 'do "it" now' },
+        files: [
+          { containerPath: '/rollout/instruction.md', text: 'do "it" now, ünïcode' },
+          { containerPath: '/usr/local/share/rollout/ca.crt', hostPath: caFile },
+        ],
+        setup: 'cp /usr/local/share/rollout/ca.crt /ca-copy',
+      })
     );
     handle = started.handle;
     const info = await docker.getContainer(handle.id).inspect();
@@ -233,6 +242,12 @@ describe('DockerEnvironment', () => {
     assert.equal(handle.workdir, '/work');
     const logs = await environment.exec(handle, { command: 'stat -c %a /logs/agent /logs/verifier', user: 'nobody' });
     assert.equal(logs.stdout, '777\n777\n');
+    // The files are in place before the setup command runs, readable by any user.
+    const files = await environment.exec(handle, {
+      command: 'cat /rollout/instruction.md; echo; cat /ca-copy; stat -c %a /rollout/instruction.md',
+      user: 'nobody',
+    });
+    assert.equal(files.stdout, 'do "it" now, ünïcode\na bundle\n644\n');
   });
 
   it('runs commands with output, exit code, variables, working directory and user', async () => {
@@ -282,10 +297,13 @@ describe('DockerEnvironment', () => {
     await chmod(path.join(source, 'test.sh'), 0o755);
     await environment.upload(handle, source, '/tests');
     await environment.upload(handle, path.join(source, 'nested', 'a.txt'), '/deep/new/folder');
+    await environment.upload(handle, source, ['/copies/one', '/copies/two']);
     const listing = await environment.exec(handle, {
       command: 'cat /tests/nested/a.txt /deep/new/folder/a.txt; /tests/test.sh; ls /tests',
     });
+    const copies = await environment.exec(handle, { command: 'ls /copies/one /copies/two; /copies/two/test.sh' });
     assert.equal(listing.stdout, 'AAtested\nnested\ntest.sh\n');
+    assert.equal(copies.stdout, '/copies/one:\nnested\ntest.sh\n\n/copies/two:\nnested\ntest.sh\ntested\n');
   });
 
   it('downloads regular files only: links are skipped and host links are replaced, not written through', async () => {

@@ -10,6 +10,7 @@ import { before, describe, it } from 'node:test';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 
+import { quietLogger } from '../workers/workflow-bundle';
 import { HISTORIES_DIR } from './support/histories';
 
 let workflowBundle: { code: string };
@@ -50,12 +51,3 @@ describe('replaying recorded histories', () => {
     );
   });
 });
-
-const quietLogger = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: () => undefined,
-  error: (message: string) => console.error(message),
-};

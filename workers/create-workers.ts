@@ -14,6 +14,7 @@ import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
+import { workflowBundle } from './workflow-bundle';
 import { CountingTrialSlots } from './trial-slots';
 
 export interface WorkerSetOptions {
@@ -35,7 +36,7 @@ export interface WorkerSetOptions {
   serveWorkflows: boolean;
   /** Containers trust the host's CA certificates (default `auto`: when the host has extra CAs installed). */
   containerCaTrust?: CaTrustMode;
-  /** Pre-built workflow bundle (bundling takes a second or two; tests share one). */
+  /** The workflow bundle (default: the host cache's, see workflow-bundle.ts; tests share one). */
   workflowBundle?: { code: string } | { codePath: string };
 }
 
@@ -98,9 +99,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
         ...common,
         taskQueue: JOB_TASK_QUEUE,
         activities: jobActivities,
-        ...(options.workflowBundle
-          ? { workflowBundle: options.workflowBundle }
-          : { workflowsPath: require.resolve('../workflows') }),
+        workflowBundle: options.workflowBundle ?? (await workflowBundle()),
       })
     );
   }

@@ -40,7 +40,7 @@ import type { TrialSpec, TrialSummary } from '../src/trial/types';
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../src/trial/types';
 import type { JobProgress, RunningTrialInfo } from './messages';
 import { jobProgressQuery, trialFinishedSignal } from './messages';
-import { trialWorkflow } from './trial';
+import { HOUSEKEEPING_HEARTBEAT_MS, trialWorkflow } from './trial';
 
 export interface JobInput {
   jobName: string;
@@ -92,11 +92,14 @@ const DEFAULT_PAGE_SIZE = 100;
 const DEFAULT_RECONCILE_INTERVAL_SEC = 120;
 /** Jobs started before the job checked on its trials replay without the check's timers. */
 const RECONCILE_PATCH = 'reconcile-running-trials';
+/** Jobs started before a freed slot started the next trial at once wrote results and released images first. */
+const SLOT_FIRST_PATCH = 'start-trials-before-housekeeping';
 const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
 const CANCEL_DRAIN_TIMEOUT = '10 minutes';
 
 const { readPlanPage, writeJobResult, endedTrials } = proxyActivities<JobActivities>({
   startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
   retry: { maximumAttempts: 5 },
 });
 
@@ -256,16 +259,57 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
   await CancellationScope.nonCancellable(writeResult);
   return progress();
 
-  /** The sliding window: start trials page by page while slots are free; write results as trials finish. */
+  /**
+   * The sliding window: start trials page by page while slots are free; write results and release images as trials
+   * finish, alongside: a freed slot starts the next trial at once, never after result writes or image removals.
+   */
   async function dispatchTrials(): Promise<void> {
     const pageSize = input.pageSize ?? DEFAULT_PAGE_SIZE;
     const runningCount = () => Object.keys(state.running).length;
-    const checkpoint = async () => {
-      if (dirty) await writeResult();
-      await releaseImages(input, state);
+    const slotFirst = patched(SLOT_FIRST_PATCH);
+    let housekeeping: Promise<void> | null = null;
+    let housekeepingFailure: Error | null = null;
+    /** Writes the result (again while trials keep finishing) and releases images, unless already under way. */
+    const housekeep = () => {
+      housekeeping ??= (async () => {
+        while (dirty) await writeResult();
+        await releaseImages(input, state);
+      })()
+        .catch((err: unknown) => void (housekeepingFailure ??= err instanceof Error ? err : new Error(String(err))))
+        .finally(() => (housekeeping = null));
+    };
+    const continueAsNewIfLong = async () => {
+      if (housekeepingFailure) throw housekeepingFailure;
       const { continueAsNewSuggested, historyLength } = workflowInfo();
       if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
+        await housekeeping;
         throw new ContinueAsNew();
+      }
+    };
+    const checkpoint = async () => {
+      if (slotFirst) {
+        housekeep();
+        await housekeeping;
+        if (housekeepingFailure) throw housekeepingFailure;
+      } else {
+        if (dirty) await writeResult();
+        await releaseImages(input, state);
+      }
+      await continueAsNewIfLong();
+    };
+    /** While the window is full: a trial's end frees a slot, or gives housekeeping to do (in the background). */
+    const untilSlotFree = async () => {
+      if (!slotFirst) {
+        while (runningCount() >= input.concurrency) {
+          await waitForTrials(() => runningCount() < input.concurrency || dirty);
+          await checkpoint();
+        }
+        return;
+      }
+      while (runningCount() >= input.concurrency) {
+        await waitForTrials(() => runningCount() < input.concurrency || (dirty && housekeeping === null));
+        housekeep();
+        await continueAsNewIfLong();
       }
     };
 
@@ -287,10 +331,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
         if (finished) {
           count(finished);
         } else {
-          while (runningCount() >= input.concurrency) {
-            await waitForTrials(() => runningCount() < input.concurrency || dirty);
-            await checkpoint();
-          }
+          await untilSlotFree();
           await startTrial(spec);
           env.running += 1;
           state.running[spec.trialId] = {
@@ -307,7 +348,12 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
         if (entry.trial.envLast) env.dispatched = true;
         state.cursor += 1;
       }
-      await checkpoint();
+      if (slotFirst) {
+        housekeep();
+        await continueAsNewIfLong();
+      } else {
+        await checkpoint();
+      }
     }
     // The tail: keep results fresh and images released while the last trials finish.
     while (runningCount() > 0) {
@@ -357,6 +403,7 @@ async function releaseImages(input: JobInput, state: JobCarry): Promise<void> {
           taskQueue: hostQueue,
           scheduleToStartTimeout: '1 minute',
           startToCloseTimeout: '5 minutes',
+          heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
           retry: { maximumAttempts: 3 },
         });
         await removeImage({ environmentType: input.environmentType, image }).catch(() => false);

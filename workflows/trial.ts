@@ -50,6 +50,11 @@ const HEARTBEAT_TIMEOUT_MS = 10_000;
 /** A trial that lost its host (or kept hitting infrastructure errors) starts over at most this many times. */
 const MAX_RESTARTS = 2;
 const HOUSEKEEPING_TIMEOUT_MS = 5 * 60_000;
+/**
+ * Housekeeping activities heartbeat while they run: a completion lost on its way (the server was down just then)
+ * is retried after this, not after the start-to-close timeout.
+ */
+export const HOUSEKEEPING_HEARTBEAT_MS = 10_000;
 
 export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   const state: TrialState = { status: 'running', step: null, hostQueue: null, restarts: 0 };
@@ -174,6 +179,7 @@ async function runOnce(
   const { claimHost } = proxyActivities<ProviderActivities>({
     taskQueue: providerQueue(spec.environmentType),
     startToCloseTimeout: '1 minute',
+    heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
     retry: { initialInterval: '1s', maximumInterval: '10s' },
   });
   const { hostQueue } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
@@ -205,7 +211,10 @@ async function runOnce(
     outcome.unenforced = started.unenforced;
     const environment = handle;
     // Histories recorded before installs reported the agent return nothing here.
-    outcome.agent = (await step('install', () => host.installAgent({ spec, handle: environment }))) ?? null;
+    outcome.agent =
+      spec.agentWithoutInstall ??
+      (await step('install', () => host.installAgent({ spec, handle: environment }))) ??
+      null;
     const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
     outcome.agentExitCode = execution.exitCode;
     if (execution.timedOut) {
@@ -315,7 +324,11 @@ async function writeResult(
   hostQueue: string | null,
   result: TrialResult
 ): Promise<WrittenTrialResult | undefined> {
-  const options = { startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS, retry: { maximumAttempts: 3 } };
+  const options = {
+    startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS,
+    heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
+    retry: { maximumAttempts: 3 },
+  };
   if (hostQueue) {
     const onHost = proxyActivities<ProviderActivities>({
       ...options,

@@ -8,7 +8,7 @@ import type { AgentConfig } from '../job/schema';
 import { ORACLE_AGENT } from '../job/schema';
 import { jobFiles } from '../results/files';
 import type { Task } from '../task/load';
-import type { EnvironmentHandle } from '../trial/types';
+import type { AgentInfo, EnvironmentHandle } from '../trial/types';
 import type { BuiltinAgentDefinition } from './builtin';
 import { customAgent } from './custom';
 import { installedAgent } from './installed';
@@ -100,6 +100,24 @@ export function isOracle(config: AgentConfig): boolean {
  */
 export function usesGateway(config: AgentConfig): boolean {
   return config.gateway ?? (!isOracle(config) && catalogueAgent(config) !== undefined);
+}
+
+/** The agent a trial's result names: catalogue name (or its own), the version Rollout ships or installed, model. */
+export function agentInfo(config: AgentConfig, installedVersion: string | null = null): AgentInfo {
+  const builtin = catalogueAgent(config);
+  return {
+    name: builtin?.name ?? config.name,
+    version: installedVersion ?? (builtin?.kind === 'worker' ? builtin.version : null),
+    model: config.model ?? null,
+  };
+}
+
+/** Whether the agent's install step has nothing to do (the oracle, terminus, a custom agent without install). */
+export function installsNothing(config: AgentConfig): boolean {
+  if (isOracle(config)) return true;
+  const builtin = catalogueAgent(config);
+  if (builtin) return builtin.kind === 'worker';
+  return config.install === undefined;
 }
 
 export function createAgent(config: AgentConfig): Agent {

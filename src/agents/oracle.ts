@@ -15,8 +15,7 @@ export const oracleAgent: Agent = {
   },
   async execute({ environment, handle, task, env, timeoutMs, signal, user }) {
     if (!task.hasSolution) throw new SolutionNotFoundError(task.dir);
-    for (const target of ['/oracle', '/solution'])
-      await environment.upload(handle, path.join(task.dir, 'solution'), target);
+    await environment.upload(handle, path.join(task.dir, 'solution'), ['/oracle', '/solution']);
     return environment.exec(handle, {
       command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
       env: { ...resolveEnv(task.config.solution.env, process.env), ...env },

@@ -94,14 +94,19 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
   const { connection, client } = await connectClient(endpoint);
   await ensureSearchAttributes(connection, endpoint.namespace);
 
-  const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options));
+  // The worker starts while the job is submitted: its first workflow task should find a worker polling.
+  const workerStart = options.worker
+    ? startJobWorkers(endpoint, client, job, options.hostId, options.maxTrials)
+    : undefined;
+  const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options)).catch(async (err: unknown) => {
+    await (await workerStart?.catch(() => undefined))?.stop();
+    throw err;
+  });
   log.info(`job ${job.name}: ${plan.trials.length} trials → ${plan.jobDir}`);
   const uiUrl = workflowUiUrl(endpoint, plan.jobWorkflowId);
   if (uiUrl) log.info(`Temporal UI: ${uiUrl}`);
 
-  const workerRun = options.worker
-    ? await startJobWorkers(endpoint, client, job, options.hostId, options.maxTrials)
-    : undefined;
+  const workerRun = await workerStart;
   const view = new ProgressView();
   let finished = false;
   const poll = (async () => {

@@ -10,8 +10,7 @@ import path from 'node:path';
 
 import { writeFileAtomic } from '../results/files';
 import { hostCacheDir } from '../host-cache';
-import type { EnvironmentHandle } from '../trial/types';
-import type { Environment } from './environment';
+import type { StartFile } from './environment';
 
 export const CA_TRUST_MODES = ['auto', 'on', 'off'] as const;
 export type CaTrustMode = (typeof CA_TRUST_MODES)[number];
@@ -73,15 +72,14 @@ async function certificateFiles(dir: string): Promise<string[]> {
     .sort();
 }
 
-/** The host's bundle at CONTAINER_CA_BUNDLE, and as the system bundle too when the image has none. */
-export async function installCaBundle(
-  environment: Environment,
-  handle: EnvironmentHandle,
-  bundle: string
-): Promise<void> {
-  await environment.upload(handle, bundle, CONTAINER_CA_DIR);
+/**
+ * What start puts in a container for the host's bundle: the bundle at CONTAINER_CA_BUNDLE, and a setup command that
+ * makes it the system bundle too when the image has none.
+ */
+export function caBundleStart(bundle: string): { files: StartFile[]; setup: string } {
   const system = '/etc/ssl/certs/ca-certificates.crt';
-  const command = `[ -e ${system} ] || { mkdir -p /etc/ssl/certs && cp ${CONTAINER_CA_BUNDLE} ${system}; }`;
-  const copied = await environment.exec(handle, { command, user: '0' });
-  if (copied.exitCode !== 0) throw new Error(`${command} failed in the container: ${copied.stderr}`);
+  return {
+    files: [{ containerPath: CONTAINER_CA_BUNDLE, hostPath: bundle }],
+    setup: `{ [ -e ${system} ] || { mkdir -p /etc/ssl/certs && cp ${CONTAINER_CA_BUNDLE} ${system}; }; }`,
+  };
 }

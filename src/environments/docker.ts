@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import Docker from 'dockerode';
 import tarFs from 'tar-fs';
+import tarStream from 'tar-stream';
 
 import type { PhaseNetwork } from '../task/policy';
 import type { EnvironmentHandle } from '../trial/types';
@@ -18,6 +19,7 @@ import type {
   ExecRequest,
   ExecResult,
   InstallSnapshots,
+  StartFile,
   StartRequest,
   StartResult,
 } from './environment';
@@ -83,6 +85,7 @@ export class DockerEnvironment implements Environment {
   /** Shell of each container: bash when its image has it, else sh. */
   private readonly shells = new Map<string, string>();
   private hostCpus: number | undefined;
+  private storageOptUnsupported = false;
 
   constructor(options: EnvironmentOwner & { docker?: Docker }) {
     this.docker = options.docker ?? new Docker();
@@ -307,9 +310,9 @@ export class DockerEnvironment implements Environment {
 
   async start(request: StartRequest): Promise<StartResult> {
     const gpus = request.gpus ? await this.gpuRequest(request.gpus) : [];
-    // What an earlier, crashed attempt left: all of the trial's, or only its separate verifier's.
+    // A separate verifier's environment of an earlier, crashed attempt goes first; the trial's own is replaced when
+    // its name is found taken (see createContainer).
     if (request.role) await this.removeRole(request.trialId, request.role);
-    else await this.removeTrial(request.trialId);
     const imageConfig = (await this.docker.getImage(request.image).inspect()).Config;
     // An install snapshot is committed from one of our containers, so it may carry our keep-alive as its ENTRYPOINT:
     // that is no entrypoint of the task's (adding `sleep infinity` as the command again would make PID 1 exit).
@@ -354,9 +357,11 @@ export class DockerEnvironment implements Environment {
             }
           : {}),
       };
+      await this.removeTrial(request.trialId); // a project of an earlier, crashed attempt
       const id = await this.startCompose(request, composeFile, main, labels);
       const handle = { id, workdir };
-      await this.makeLogFolders(handle);
+      await this.putFiles(handle, request);
+      await this.setUp(handle, request.setup);
       for (const user of request.users ?? []) await this.assertUser(handle, user);
       // Compose's storage_opt fails as --storage-opt does on overlay2 without quotas; not tried.
       return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
@@ -381,7 +386,8 @@ export class DockerEnvironment implements Environment {
     const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
     await startContainer(container);
     const handle = { id: container.id, workdir };
-    await this.makeLogFolders(handle);
+    await this.putFiles(handle, request);
+    await this.setUp(handle, request.setup);
     for (const user of request.users ?? []) await this.assertUser(handle, user);
     return { handle, unenforced };
   }
@@ -470,32 +476,78 @@ export class DockerEnvironment implements Environment {
     return Math.round(Math.min(cpus, this.hostCpus) * 1e9);
   }
 
+  /**
+   * Creates the trial's container; its name is the trial's, so a container an earlier, crashed attempt left on this
+   * host is in the way: it is removed (by label) and the create tried again. A daemon that refused a storage limit
+   * once (overlay2 needs xfs with pquota for it) is not asked again.
+   */
   private async createContainer(
     options: Docker.ContainerCreateOptions,
     storageBytes: number
   ): Promise<{ container: Docker.Container; unenforced: string[] }> {
-    if (storageBytes <= 0) return { container: await this.docker.createContainer(options), unenforced: [] };
+    const create = async (createOptions: Docker.ContainerCreateOptions) => {
+      try {
+        return await this.docker.createContainer(createOptions);
+      } catch (err) {
+        if (statusCode(err) !== 409) throw err;
+        await this.removeTrial(options.Labels?.[LABEL_TRIAL] ?? '');
+        return this.docker.createContainer(createOptions);
+      }
+    };
+    if (storageBytes <= 0 || this.storageOptUnsupported) return { container: await create(options), unenforced: [] };
     const size = `${Math.round(storageBytes)}`;
     const withStorage = { ...options, HostConfig: { ...options.HostConfig, StorageOpt: { size } } };
     try {
-      return { container: await this.docker.createContainer(withStorage), unenforced: [] };
+      return { container: await create(withStorage), unenforced: [] };
     } catch (err) {
       if (!STORAGE_OPT_UNSUPPORTED.test(firstLine(err))) throw err;
-      return { container: await this.docker.createContainer(options), unenforced: ['storage'] };
+      this.storageOptUnsupported = true;
+      return { container: await create(options), unenforced: ['storage'] };
     }
   }
 
-  /** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
-  private async makeLogFolders(handle: EnvironmentHandle): Promise<void> {
-    const command = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';
-    const made = await this.exec(handle, { command, user: '0' }).catch((err: unknown) => {
+  private async putFiles(handle: EnvironmentHandle, request: StartRequest): Promise<void> {
+    if (!request.files?.length) return;
+    await this.docker.getContainer(handle.id).putArchive(packedFiles(request.files), { path: '/' });
+  }
+
+  /**
+   * One exec as root: /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as; the
+   * caller's setup; and which shell the container has (bash when the image has it, else sh), for later execs.
+   */
+  private async setUp(handle: EnvironmentHandle, setup: string | undefined): Promise<void> {
+    const command = [
+      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
+      ...(setup ? [setup] : []),
+      'if [ -x /bin/bash ]; then echo /bin/bash; else echo /bin/sh; fi',
+    ].join(' && ');
+    let result: { exitCode: number | null; stdout: string; stderr: string };
+    try {
+      result = await this.collectExec(handle.id, { Cmd: ['/bin/sh', '-c', command], User: '0' });
+    } catch (err) {
       // An image that cannot run a shell never could host a trial: a start error, not a broken environment.
       if (err instanceof TaskEnvironmentError) throw new TaskEnvironmentError('EnvironmentStartError', err.message);
       throw err;
-    });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the container: ${made.stderr}`);
     }
+    if (result.exitCode !== 0) {
+      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the container: ${result.stderr}`);
+    }
+    this.shells.set(handle.id, result.stdout.trim() === '/bin/bash' ? '/bin/bash' : '/bin/sh');
+  }
+
+  /** Runs a command of Rollout's own to its end, with its output. */
+  private async collectExec(
+    containerId: string,
+    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'User'>
+  ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+    const { exec, stream } = await this.startExec(containerId, options);
+    const stdout = new OutputTail();
+    const stderr = new OutputTail();
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    await execOutcome(stream);
+    const exitCode = await exitCodeOf(exec);
+    assertProcessStarted(exitCode, stdout.text() + stderr.text());
+    return { exitCode, stdout: stdout.text(), stderr: stderr.text() };
   }
 
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
@@ -546,8 +598,9 @@ export class DockerEnvironment implements Environment {
   private async shellOf(containerId: string): Promise<string> {
     let shell = this.shells.get(containerId);
     if (!shell) {
-      const probe = await this.run(containerId, ['/bin/sh', '-c', 'test -x /bin/bash']);
-      shell = probe === 0 ? '/bin/bash' : '/bin/sh';
+      // Another worker process started the container (this one restarted since): ask again.
+      const probe = await this.collectExec(containerId, { Cmd: ['/bin/sh', '-c', 'test -x /bin/bash'] });
+      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
       this.shells.set(containerId, shell);
     }
     return shell;
@@ -558,28 +611,21 @@ export class DockerEnvironment implements Environment {
    * that left its process group included. As root, so that processes of any user go.
    */
   async killAll(handle: EnvironmentHandle): Promise<void> {
-    await this.run(handle.id, [await this.shellOf(handle.id), '-c', 'kill -9 -1 2>/dev/null'], '0');
+    await this.collectExec(handle.id, {
+      Cmd: [await this.shellOf(handle.id), '-c', 'kill -9 -1 2>/dev/null'],
+      User: '0',
+    });
   }
 
-  /** Runs a command of Rollout's own to its end; its output is only needed to tell a broken container. */
-  private async run(containerId: string, cmd: string[], user?: string): Promise<number | null> {
-    const { exec, stream } = await this.startExec(containerId, { Cmd: cmd, User: user });
-    const output = new OutputTail();
-    stream.pipe(output);
-    await execOutcome(stream);
-    const exitCode = await exitCodeOf(exec);
-    assertProcessStarted(exitCode, output.text());
-    return exitCode;
-  }
-
-  /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
-  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void> {
-    const made = await this.exec(handle, { command: `mkdir -p ${shellQuote(containerPath)}`, user: '0' });
-    if (made.exitCode !== 0) throw new Error(`mkdir -p ${containerPath} failed in the container: ${made.stderr}`);
-    const archive = (await stat(hostPath)).isDirectory()
-      ? packed(hostPath)
-      : packed(path.dirname(hostPath), [path.basename(hostPath)]);
-    await this.docker.getContainer(handle.id).putArchive(archive, { path: containerPath });
+  /**
+   * A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. One archive,
+   * extracted at the container's root with every entry under its target, so the daemon makes missing folders (no
+   * `mkdir` exec first) and several targets take one transfer.
+   */
+  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
+    const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
+    const isFolder = (await stat(hostPath)).isDirectory();
+    await this.docker.getContainer(handle.id).putArchive(packedAt(hostPath, isFolder, targets), { path: '/' });
   }
 
   /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
@@ -935,18 +981,48 @@ class OutputTail extends Writable {
   }
 }
 
-/** A tar of a host folder (or of some entries of it), as the Docker API takes it. */
-function packed(dir: string, entries?: string[]): NodeJS.ReadableStream {
+/**
+ * A tar, to extract at the container's root, of a host folder's contents (or a lone file) under each of `targets`:
+ * tar-fs packs each target's copy into the same archive (finalized after the last).
+ */
+function packedAt(hostPath: string, isFolder: boolean, targets: readonly string[]): NodeJS.ReadableStream {
+  const [dir, entries] = isFolder ? [hostPath, undefined] : [path.dirname(hostPath), [path.basename(hostPath)]];
+  const packTarget = (index: number, pack?: TarPack): TarPack =>
+    tarFs.pack(dir, {
+      entries,
+      pack,
+      map: (header) => ({ ...header, name: path.posix.join(rootRelative(targets[index]!), header.name) }),
+      finalize: index === targets.length - 1,
+      finish: (done: TarPack) => {
+        if (index < targets.length - 1) packTarget(index + 1, done);
+      },
+    });
   // tar-fs streams are streamx streams: pipe-compatible with Node's, which is all dockerode does with them.
-  return tarFs.pack(dir, entries ? { entries } : undefined) as unknown as NodeJS.ReadableStream;
+  return packTarget(0) as unknown as NodeJS.ReadableStream;
+}
+
+type TarPack = ReturnType<typeof tarFs.pack>;
+
+/** The files of a start request as a tar to extract at the container's root (root-owned, mode 0644). */
+function packedFiles(files: StartFile[]): NodeJS.ReadableStream {
+  const pack = tarStream.pack();
+  void (async () => {
+    for (const file of files) {
+      const content = 'text' in file ? Buffer.from(file.text) : await readFile(file.hostPath);
+      pack.entry({ name: rootRelative(file.containerPath), mode: 0o644, size: content.length }, content);
+    }
+    pack.finalize();
+  })().catch((err: Error) => pack.destroy(err));
+  return pack as unknown as NodeJS.ReadableStream;
+}
+
+/** A container path as a name in an archive extracted at `/`. */
+function rootRelative(containerPath: string): string {
+  return path.posix.normalize(containerPath).replace(/^\/+/, '') || '.';
 }
 
 function envList(env: Record<string, string>): string[] {
   return Object.entries(env).map(([key, value]) => `${key}=${value}`);
-}
-
-function shellQuote(text: string): string {
-  return `'${text.replace(/'/g, `'\\''`)}'`;
 }
 
 async function isFile(file: string): Promise<boolean> {

@@ -121,7 +121,16 @@ export interface StartRequest {
   gpus?: number;
   /** Users commands will run as ([agent] / [verifier] user): each must exist in the environment. */
   users?: string[];
+  /**
+   * Files put in place before start returns (the instruction, a CA bundle), in one transfer where the environment
+   * can: each a container file path and its text or the host file to copy.
+   */
+  files?: StartFile[];
+  /** A shell command run as root once the files are in place, in the same round trip as the environment's setup. */
+  setup?: string;
 }
+
+export type StartFile = { containerPath: string } & ({ text: string } | { hostPath: string });
 
 export interface StartResult {
   handle: EnvironmentHandle;
@@ -158,8 +167,11 @@ export interface Environment {
    * included (after the agent's step, so nothing of it runs during verification).
    */
   killAll(handle: EnvironmentHandle): Promise<void>;
-  /** Copies a host file or folder to `containerPath` (a folder's contents land inside containerPath). */
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void>;
+  /**
+   * Copies a host file or folder to `containerPath` (a folder's contents land inside containerPath), or to each of
+   * several container paths in one transfer.
+   */
+  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void>;
   /**
    * Copies the contents of `containerPath` into `hostDir`. Only regular files and folders are written; links are
    * skipped and nothing is written outside hostDir. With a budget, nothing is written once a limit is reached.

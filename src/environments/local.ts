@@ -66,12 +66,23 @@ export class LocalEnvironment implements Environment {
     const root = await mkdtemp(path.join(tmpdir(), this.rootPrefix(request.trialId)));
     for (const dir of ['logs/agent', 'logs/verifier', 'app']) await mkdir(path.join(root, dir), { recursive: true });
     await writeFile(path.join(root, START_ENV_FILE), JSON.stringify(request.env));
+    const handle = { id: root, workdir: path.join(root, 'app') };
+    for (const file of request.files ?? []) {
+      const target = mapContainerPath(root, file.containerPath);
+      await mkdir(path.dirname(target), { recursive: true });
+      if ('text' in file) await writeFile(target, file.text, { mode: 0o644 });
+      else await copyFile(file.hostPath, target);
+    }
+    if (request.setup) {
+      const setup = await this.exec(handle, { command: request.setup });
+      if (setup.exitCode !== 0) throw new Error(`${request.setup} failed: ${setup.stderr}`);
+    }
     // The host's own processes: no limits, the host's network and GPUs, and the worker's user.
     const unenforced = ['cpus', 'memory', 'storage', 'pids'];
     if (request.network === 'none') unenforced.push('network');
     if (request.gpus) unenforced.push('gpus');
     if (request.users?.length) unenforced.push('user');
-    return { handle: { id: root, workdir: path.join(root, 'app') }, unenforced };
+    return { handle, unenforced };
   }
 
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
@@ -106,10 +117,13 @@ export class LocalEnvironment implements Environment {
   }
 
   /** A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. */
-  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string): Promise<void> {
-    const target = mapContainerPath(handle.id, containerPath);
-    await mkdir(target, { recursive: true });
-    await copyRegular(await realpath(hostPath), target); // Rollout's own path: a link to it is fine
+  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
+    const source = await realpath(hostPath); // Rollout's own path: a link to it is fine
+    for (const target of typeof containerPath === 'string' ? [containerPath] : containerPath) {
+      const mapped = mapContainerPath(handle.id, target);
+      await mkdir(mapped, { recursive: true });
+      await copyRegular(source, mapped);
+    }
   }
 
   async download(

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 
-import { catalogueAgent, isOracle } from '../agents/agent';
+import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/agent';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement } from '../environments';
@@ -79,6 +79,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             taskDir: task.dir,
             datasetName: dataset.name,
             agentName: agent.name,
+            ...(installsNothing(agent) ? { agentWithoutInstall: agentInfo(agent) } : {}),
             attempt,
             environmentType: job.environment.type,
             envKey,

@@ -65,6 +65,11 @@ export interface TrialSpec {
   sealedAgentEnv?: string;
   /** job.yaml `retry`: task errors that run the trial again (absent in specs planned before it existed). */
   retry?: RetryPolicy | null;
+  /**
+   * Set when the agent installs nothing (the oracle, terminus, a custom agent without install): the trial skips the
+   * install step, a round trip for nothing, and its result names this agent.
+   */
+  agentWithoutInstall?: AgentInfo;
 }
 
 export interface RetryPolicy {

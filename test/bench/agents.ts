@@ -11,7 +11,7 @@ import { cpus, loadavg } from 'node:os';
 import type { AgentRun } from '../../src/agents/agent';
 import { createAgent } from '../../src/agents/agent';
 import { BUILTIN_AGENTS } from '../../src/agents/registry';
-import { CA_TRUST_ENV, hostCaBundle, installCaBundle } from '../../src/environments/ca-trust';
+import { CA_TRUST_ENV, hostCaBundle, caBundleStart } from '../../src/environments/ca-trust';
 import { DockerEnvironment } from '../../src/environments/docker';
 import { AgentSchema } from '../../src/job/schema';
 import type { Task } from '../../src/task/load';
@@ -45,8 +45,8 @@ export async function agentsBenchmark(names: string[]): Promise<void> {
           workerId: job,
           resources: { cpus: 2, memoryBytes: 4 * 1024 ** 3, storageBytes: 0, pidsLimit: 4096 },
           env: bundle ? { ...CA_TRUST_ENV } : {},
+          ...(bundle ? caBundleStart(bundle) : {}),
         });
-        if (bundle) await installCaBundle(environment, handle, bundle);
         return handle;
       };
       const install = async (handle: EnvironmentHandle) => {
