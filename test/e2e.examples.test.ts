@@ -66,11 +66,15 @@ describe('examples/job.yaml end to end', () => {
 
   it('writes the trial folder layout with step timings and the workflow id', async () => {
     const result = await trial('hello-world__oracle__1');
-    for (const step of ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const) {
+    for (const step of ['build', 'start', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const) {
       const timing = result.steps[step];
       assert.ok(timing, `step ${step} recorded`);
       assert.ok(Date.parse(timing.started_at) <= Date.parse(timing.finished_at ?? ''), `step ${step} ordered`);
     }
+    // The oracle installs nothing: its trials skip the install step (a round trip for nothing) and still name it.
+    assert.equal(result.steps.install, undefined);
+    assert.deepEqual(result.agent, { name: 'oracle', version: null, model: null });
+    assert.ok((await trial('hello-world__greeter__1')).steps.install, 'an agent that installs records the step');
     assert.equal(result.workflow_id, `${jobName}/hello-world__oracle__1`);
     assert.equal(result.trial_name, 'hello-world__oracle__1');
     assert.equal(result.task_name, 'hello-world');
