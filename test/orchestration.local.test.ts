@@ -78,6 +78,20 @@ describe('orchestration on the local environment', () => {
       plan.trials.map((t) => t.spec.trialName)
     );
     assert.ok(results.every((r) => r.rewards?.reward === 1 && r.restarts === 0));
+
+    // Every activity of a Trial and of the Job has a heartbeat timeout of at most 10 s: a completion lost on its way
+    // (the server down at that moment) is retried within seconds, never after a start-to-close timeout of minutes.
+    for (const workflowId of [plan.jobWorkflowId, results[0]!.workflow_id]) {
+      const history = await client.workflow.getHandle(workflowId).fetchHistory();
+      const scheduled = (history.events ?? []).flatMap((event) =>
+        event.activityTaskScheduledEventAttributes ? [event.activityTaskScheduledEventAttributes] : []
+      );
+      assert.ok(scheduled.length > 0, workflowId);
+      for (const activity of scheduled) {
+        const seconds = Number(activity.heartbeatTimeout?.seconds ?? 0);
+        assert.ok(seconds > 0 && seconds <= 10, `${activity.activityType?.name}: heartbeat timeout ${seconds} s`);
+      }
+    }
     const executions = await client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
     assert.equal(executions.count, 300, 'one Trial workflow execution per trial');
   });
