@@ -12,7 +12,11 @@ import { after, before, describe, it } from 'node:test';
 
 import type { Client, Connection } from '@temporalio/client';
 
+import type { LlmCallRecord } from '../src/gateway/records';
+import { runCli } from './support/cli';
 import { writeLocalJob } from './support/local-job';
+import type { ScriptedModelServer } from './support/scripted-model-server';
+import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
 import { REPO_ROOT, testTemporal } from './support/temporal';
 import { freePort, ServeProcess } from './support/serve';
 import { waitFor } from './support/wait';
@@ -27,6 +31,10 @@ let serveName: string;
 let server: ServeProcess;
 let client: Client;
 let connection: Connection;
+let scripted: ScriptedModelServer;
+/** The scripted model server's OpenAI root for every rollout (the stand-in for the trainer's model). */
+let modelBaseUrl: string;
+const SCENARIO = { turns: [{ say: 'done' }] };
 
 function api(pathname: string, init: { method?: string; body?: unknown; token?: string | null } = {}) {
   return server.request(pathname, init);
@@ -36,7 +44,7 @@ function initBody(rolloutId: string, rowId: string) {
   return {
     completion_params: { model: 'scripted-1', temperature: 0 },
     messages: [{ role: 'user', content: 'solve it' }],
-    model_base_url: 'http://127.0.0.1:9/v1',
+    model_base_url: modelBaseUrl,
     api_key: API_KEY,
     metadata: { invocation_id: 'i', experiment_id: 'e', rollout_id: rolloutId, run_id: 'r', row_id: rowId },
   };
@@ -62,6 +70,8 @@ async function filesUnder(folder: string): Promise<string[]> {
 describe('rollout serve: remote rollouts', () => {
   before(async () => {
     ({ client, connection } = await testTemporal());
+    scripted = await startScriptedModelServer();
+    modelBaseUrl = scripted.session('ep', SCENARIO).openAiBaseUrl;
     serveName = `serve-${randomBytes(3).toString('hex')}`;
     const jobFile = await writeLocalJob({ name: serveName, attempts: 1, concurrency: 2 });
     dir = path.dirname(jobFile);
@@ -80,6 +90,13 @@ describe('rollout serve: remote rollouts', () => {
         '    execute: |',
         '      echo "model=$ROLLOUT_MODEL base=$ROLLOUT_MODEL_BASE_URL key=$ROLLOUT_API_KEY"',
         '      printf %s "$ROLLOUT_API_KEY" | sha256sum',
+        // One model call, OpenAI Chat, in bash (no curl needed): through the gateway, which records it.
+        '      rest=${OPENAI_BASE_URL#http://}; hostport=${rest%%/*}; path=/${rest#*/}',
+        '      body=\'{"model":"\'"$ROLLOUT_MODEL"\'","messages":[{"role":"user","content":"solve it"}]}\'',
+        '      exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"',
+        '      printf \'POST %s/chat/completions HTTP/1.1\\r\\nHost: %s\\r\\nAuthorization: Bearer %s\\r\\nContent-Type: application/json\\r\\nContent-Length: %s\\r\\nConnection: close\\r\\n\\r\\n%s\' "$path" "$hostport" "$OPENAI_API_KEY" "${#body}" "$body" >&3',
+        '      head -1 <&3',
+        '      exec 3<&-',
         '      case "$ROLLOUT_TASK_INSTRUCTION" in Slowly*) sleep 6;; esac',
         '      echo ok > answer.txt',
         'datasets:',
@@ -106,6 +123,7 @@ describe('rollout serve: remote rollouts', () => {
   after(async () => {
     await server.stop('SIGTERM');
     await connection.close();
+    await scripted.close();
   });
 
   it('needs the bearer token, except for /health and /openapi.json', async () => {
@@ -133,7 +151,15 @@ describe('rollout serve: remote rollouts', () => {
     const { stdout } = await promisify(execFile)(
       EP_PYTHON,
       [path.join(REPO_ROOT, 'test', 'fixtures', 'eval-protocol', 'client.py'), base, 'ep-1', 'trivial', API_KEY],
-      { env: { ...process.env, FIREWORKS_API_KEY: TOKEN, LITELLM_LOCAL_MODEL_COST_MAP: 'True' }, timeout: 180_000 }
+      {
+        env: {
+          ...process.env,
+          FIREWORKS_API_KEY: TOKEN,
+          LITELLM_LOCAL_MODEL_COST_MAP: 'True',
+          MODEL_BASE_URL: modelBaseUrl,
+        },
+        timeout: 180_000,
+      }
     );
     const run = JSON.parse(stdout.trim().split('\n').pop()!) as {
       init: { http: number };
@@ -160,11 +186,41 @@ describe('rollout serve: remote rollouts', () => {
     assert.ok(finished.files.includes('agent/execute.txt'), finished.files.join());
   });
 
-  it('hands the API key to the agent but never to history or files', async () => {
+  it('keeps the API key on the worker: the agent calls the model through the gateway, which records the call', async () => {
     const trialDir = path.join(dir, 'jobs', serveName, 'rollout__ep-1');
     const log = await readFile(path.join(trialDir, 'agent', 'execute.txt'), 'utf8');
-    assert.match(log, /model=accounts\/fireworks\/models\/scripted base=http:\/\/127\.0\.0\.1:9\/v1 key=\[REDACTED\]/);
-    assert.ok(log.includes(createHash('sha256').update(API_KEY).digest('hex')), 'the agent got the key');
+    // The agent saw the gateway's URL and its per-trial token, never the /init key; the vendor got the key.
+    assert.match(
+      log,
+      /model=accounts\/fireworks\/models\/scripted base=http:\/\/127\.0\.0\.1:\d+\/t\/\S+ key=rollout-[0-9a-f]{48}/
+    );
+    assert.match(log, /HTTP\/1\.1 200/);
+    assert.ok(!log.includes(createHash('sha256').update(API_KEY).digest('hex')), 'the agent got the key');
+    const upstream = scripted.calls('ep');
+    assert.ok(upstream.length >= 1 && upstream.every((c) => c.credential === API_KEY), JSON.stringify(upstream));
+    const calls = (await readFile(path.join(trialDir, 'agent', 'llm-calls.jsonl'), 'utf8')).trim().split('\n');
+    assert.equal(calls.length, 1);
+    const call = JSON.parse(calls[0]!) as LlmCallRecord;
+    assert.equal(call.status, 200);
+    assert.deepEqual(call.usage, scriptedUsage(0));
+    const finished = (await (await api('/rollouts/ep-1')).json()) as { files: string[] };
+    assert.ok(
+      ['agent/llm-calls.jsonl', 'agent/trajectory.json'].every((f) => finished.files.includes(f)),
+      finished.files.join()
+    );
+    const exported = await runCli(['export', path.join(dir, 'jobs', serveName), '--format', 'rl'], { cwd: dir });
+    assert.equal(exported.code, 0, exported.stderr);
+    const row = exported.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { trial_name: string; kind: string; reward: number; calls: unknown[] })
+      .find((r) => r.trial_name === 'rollout__ep-1');
+    assert.deepEqual(row && { kind: row.kind, reward: row.reward, calls: row.calls.length }, {
+      kind: 'rollout',
+      reward: 1,
+      calls: 1,
+    });
+
     const history = decodedText(await client.workflow.getHandle(`${serveName}/rollout__ep-1`).fetchHistory());
     assert.ok(!history.includes(API_KEY), 'key in workflow history');
     assert.ok(history.includes('sealedAgentEnv'));

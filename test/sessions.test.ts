@@ -15,6 +15,7 @@ import Docker from 'dockerode';
 import type { TrialResult } from '../src/results/trial-result';
 import type { SessionRecord, SessionStep, StepOutcome } from '../src/trial/session-types';
 import { runCli } from './support/cli';
+import { recordHistory } from './support/histories';
 import { validateWithHarbor } from './support/harbor';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { freePort, ServeProcess } from './support/serve';
@@ -118,6 +119,13 @@ describe('rollout serve: step-by-step sessions', () => {
       ['bash', 'bash', 'submit']
     );
     await waitFor('the container to be removed', async () => (await sessionContainers(id)).length === 0, 60_000);
+    const { client, connection } = await testTemporal();
+    try {
+      await client.workflow.getHandle(`${serveName}/session__${id}`).result();
+      await recordHistory(client, `${serveName}/session__${id}`, 'session-solved');
+    } finally {
+      await connection.close();
+    }
     // The same files as a trial's: result.json, the ATIF trajectory (Harbor validates it), and the session's record.
     const folder = path.join(dir, 'jobs', serveName, `session__${id}`);
     const saved = JSON.parse(await readFile(path.join(folder, 'session.json'), 'utf8')) as SessionRecord;

@@ -1,3 +1,4 @@
+import { isOracle } from '../agents/agent';
 import { Rollout } from '../api/rollout';
 import { InputError } from '../errors';
 import { parseJobConfig } from '../job/load';
@@ -106,7 +107,9 @@ async function planServeJob(config: ServeConfig): Promise<{ job: string; tasks: 
       name: config.name,
       jobs_dir: config.jobs_dir,
       environment: { type: config.environment },
-      agents: [config.agentConfig],
+      // A remote rollout's model calls are recorded like a trial's (llm-calls, ATIF, usage), and the /init key
+      // stays on the worker: the agent is on the gateway unless its job.yaml says `gateway: false`.
+      agents: [{ ...config.agentConfig, gateway: config.agentConfig.gateway ?? !isOracle(config.agentConfig) }],
       datasets: [{ path: config.dataset }],
     },
     'rollout serve',

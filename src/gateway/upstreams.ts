@@ -15,9 +15,10 @@ export type Upstreams = Record<Vendor, Upstream>;
 
 /** Per vendor: the env variables of its key and base URL (first set wins) and its default base URL. */
 export const VENDOR_ENV: Record<Vendor, { keys: string[]; baseUrls: string[]; defaultBaseUrl: string }> = {
+  // ROLLOUT_*: what `rollout serve` hands a remote rollout's agent (the /init request's key and base URL).
   openai: {
-    keys: ['OPENAI_API_KEY'],
-    baseUrls: ['OPENAI_BASE_URL', 'OPENAI_API_BASE'],
+    keys: ['OPENAI_API_KEY', 'ROLLOUT_API_KEY'],
+    baseUrls: ['OPENAI_BASE_URL', 'OPENAI_API_BASE', 'ROLLOUT_MODEL_BASE_URL'],
     defaultBaseUrl: 'https://api.openai.com/v1',
   },
   anthropic: {
