@@ -45,6 +45,8 @@ const HEARTBEAT_INTERVAL_MS = 2_000;
  */
 export async function heartbeating<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const context = Context.current();
+  // A local activity has no heartbeat (its workflow task is kept alive instead).
+  if (context.info.isLocal) return work(context.cancellationSignal);
   // No heartbeat up front: short steps finish well within the heartbeat timeout, and each heartbeat is a server write.
   const timer = setInterval(() => context.heartbeat(), HEARTBEAT_INTERVAL_MS);
   try {

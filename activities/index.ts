@@ -17,7 +17,7 @@ import { writeJobResult, writeTrialResult } from './results';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
 import { runVerifier } from './verify';
-import { runSessionCommand, writeSessionRecord } from './session';
+import { runSessionCommand, runSessionCommandHere, writeSessionRecord } from './session';
 
 export type { ActivityDeps, TrialSlots } from './context';
 
@@ -36,6 +36,7 @@ export function createProviderActivities(deps: ActivityDeps) {
     removeImage: removeImage(deps),
     writeTrialResult: heartbeatingActivity(writeTrialResult),
     runSessionCommand: runSessionCommand(deps),
+    runSessionCommandHere: runSessionCommandHere(deps),
     writeSessionRecord,
   });
 }

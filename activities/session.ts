@@ -1,4 +1,6 @@
 import { performance } from 'node:perf_hooks';
+
+import { ApplicationFailure } from '@temporalio/activity';
 import path from 'node:path';
 
 import { jobFiles, writeJsonAtomic } from '../src/results/files';
@@ -7,7 +9,7 @@ import { loadTask } from '../src/task/load';
 import { sessionTrajectory } from '../src/trajectory/session';
 import { sessionTools } from '../src/trial/session-tools';
 import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/trial/session-types';
-import { SESSION_AGENT } from '../src/trial/session-types';
+import { NOT_THIS_HOST, SESSION_AGENT } from '../src/trial/session-types';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import { INFRASTRUCTURE_ERROR } from '../src/trial/types';
 import type { ActivityDeps } from './context';
@@ -45,6 +47,23 @@ export function runSessionCommand(deps: ActivityDeps) {
       truncated,
       durationMs: Math.round(performance.now() - started),
     };
+  };
+}
+
+/**
+ * The step as a local activity of the workflow worker, when that worker is also the container's host: no activity
+ * task round trip through the server (the step's Update stays in history). Any other worker refuses before running
+ * anything, and the workflow sends the step to the host's queue.
+ */
+export function runSessionCommandHere(deps: ActivityDeps) {
+  const run = runSessionCommand(deps);
+  return async function runSessionCommandHere(
+    input: SessionCommandInput & { hostQueue: string }
+  ): Promise<CommandOutcome> {
+    if (deps.hostQueue(input.spec.environmentType) !== input.hostQueue) {
+      throw ApplicationFailure.nonRetryable(`this worker is not ${input.hostQueue}`, NOT_THIS_HOST);
+    }
+    return run(input);
   };
 }
 

@@ -98,7 +98,8 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       Worker.create({
         ...common,
         taskQueue: JOB_TASK_QUEUE,
-        activities: jobActivities,
+        // A session's steps run here as local activities when this process is the container's host.
+        activities: { ...jobActivities, runSessionCommandHere: activities.runSessionCommandHere },
         workflowBundle: options.workflowBundle ?? (await workflowBundle()),
       })
     );

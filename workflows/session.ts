@@ -6,17 +6,29 @@
  */
 import type { ActivityOptions } from '@temporalio/workflow';
 import {
+  ActivityFailure,
   ApplicationFailure,
   CancellationScope,
   allHandlersFinished,
   condition,
+  patched,
   proxyActivities,
+  proxyLocalActivities,
   setCurrentDetails,
   setHandler,
 } from '@temporalio/workflow';
 
 import type { ProviderActivities } from '../activities';
-import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-types';
+import type { SessionCommandInput } from '../activities/session';
+import type {
+  CommandOutcome,
+  SessionEnd,
+  SessionInput,
+  SessionRecord,
+  StepOutcome,
+  ToolCall,
+} from '../src/trial/session-types';
+import { NOT_THIS_HOST } from '../src/trial/session-types';
 import { primaryReward } from '../src/results/job-stats';
 import { providerQueue } from '../src/temporal/queues';
 import type { EnvironmentHandle } from '../src/trial/types';
@@ -31,6 +43,8 @@ import {
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;
 const CLAIM_TIMEOUT = '30 seconds';
+/** Sessions started before steps could run as local activities replay without them. */
+const LOCAL_STEP_PATCH = 'session-step-local-activity';
 
 export async function sessionWorkflow(input: SessionInput): Promise<SessionRecord> {
   const { spec, limits } = input;
@@ -89,6 +103,24 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
   }
   record.host = hostQueue;
   const host = hostActivities(input, hostQueue);
+  const { runSessionCommandHere } = proxyLocalActivities<ProviderActivities>({
+    startToCloseTimeout: (limits.stepTimeoutSec + GRACE_SEC) * 1000,
+    retry: { maximumAttempts: 1 },
+  });
+  /** Set once a local step was refused: this session's workflow worker is not its container's host. */
+  let notHere = false;
+  /** A command in the container: here when this worker is the host (fast), else on the host's queue. */
+  async function runCommand(command: SessionCommandInput): Promise<CommandOutcome> {
+    if (!notHere && patched(LOCAL_STEP_PATCH)) {
+      try {
+        return await runSessionCommandHere({ ...command, hostQueue });
+      } catch (err) {
+        if (!notRunHere(err)) throw err;
+        notHere = true;
+      }
+    }
+    return host.runSessionCommand(command);
+  }
 
   setHandler(
     sessionStepUpdate,
@@ -124,12 +156,10 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
       await condition(() => handle !== null || endedBy !== null);
       if (!handle || endedBy) throw ApplicationFailure.nonRetryable(`session ended (${endedBy})`, 'SessionEnded');
       // Liveness before hand-out: a container that died while parked is never given to a client.
-      const alive = await host
-        .runSessionCommand({ spec, handle, command: 'true', timeoutSec: 10, outputLimitBytes: 100 })
-        .then(
-          (ran) => ran.exitCode === 0,
-          () => false
-        );
+      const alive = await runCommand({ spec, handle, command: 'true', timeoutSec: 10, outputLimitBytes: 100 }).then(
+        (ran) => ran.exitCode === 0,
+        () => false
+      );
       if (!alive) {
         record.error = 'the parked container was no longer alive';
         end('failed');
@@ -171,7 +201,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
         };
       }
     }
-    const ran = await host.runSessionCommand({
+    const ran = await runCommand({
       spec,
       handle: environment,
       command: call.arguments.command as string,
@@ -228,6 +258,15 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     });
   }
   return record;
+}
+
+/** The local step was not run: another worker than the host took it, or one without local steps registered. */
+function notRunHere(err: unknown): boolean {
+  return (
+    err instanceof ActivityFailure &&
+    err.cause instanceof ApplicationFailure &&
+    (err.cause.type === NOT_THIS_HOST || err.cause.type === 'NotFoundError')
+  );
 }
 
 /** An activity failure's own message (the cause), not Temporal's wrapper. */

@@ -4,6 +4,12 @@ import type { Rewards, TrialSpec } from './types';
 /** The agent name of a session's result.json: no agent of the job's ran, the session's client drove it. */
 export const SESSION_AGENT = 'session';
 
+/**
+ * A session step run as a local activity by a worker that is not the container's host: nothing ran, and the step goes
+ * to the host's queue instead.
+ */
+export const NOT_THIS_HOST = 'NotThisHost';
+
 export interface SessionLimits {
   idleTimeoutSec: number;
   maxLifetimeSec: number;
