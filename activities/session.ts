@@ -23,6 +23,14 @@ export interface SessionCommandInput {
   outputLimitBytes: number;
 }
 
+/** The exec of a step: the command travels as an environment variable (no quoting to get wrong), its output cut. */
+export function stepExec(command: string, outputLimitBytes: number) {
+  return {
+    command: `bash -c "$ROLLOUT_STEP_COMMAND" 2>&1 | head -c ${outputLimitBytes + 1}; exit \${PIPESTATUS[0]}`,
+    env: { ROLLOUT_STEP_COMMAND: command },
+  };
+}
+
 /**
  * A session's `bash` step, in its container: stdout and stderr as one observation, cut inside the container at the
  * output limit (so a runaway command never floods the worker), every process killed at the step's timeout.
@@ -32,9 +40,7 @@ export function runSessionCommand(deps: ActivityDeps) {
     const started = performance.now();
     const result = await heartbeating((signal) =>
       deps.environment(input.spec.environmentType).exec(input.handle, {
-        // The command travels as an environment variable: no quoting to get wrong.
-        command: `bash -c "$ROLLOUT_STEP_COMMAND" 2>&1 | head -c ${input.outputLimitBytes + 1}; exit \${PIPESTATUS[0]}`,
-        env: { ROLLOUT_STEP_COMMAND: input.command },
+        ...stepExec(input.command, input.outputLimitBytes),
         timeoutMs: input.timeoutSec * 1000,
         signal,
       })

@@ -229,6 +229,61 @@ describe('rollout serve: remote rollouts', () => {
     }
   });
 
+  it('names the task by the first user message with task_from: first_user_message', async () => {
+    const byMessage = path.join(dir, 'by-message');
+    await mkdir(byMessage, { recursive: true });
+    const port = await freePort();
+    await writeFile(
+      path.join(byMessage, 'serve.yaml'),
+      [
+        'dataset: ../tasks',
+        'agent: ../agent.yaml',
+        `name: ${serveName}-msg`,
+        'jobs_dir: ../jobs',
+        'environment: local',
+        `port: ${port}`,
+        'task_from: first_user_message',
+        '',
+      ].join('\n')
+    );
+    const second = new ServeProcess(`http://127.0.0.1:${port}`, byMessage, TOKEN);
+    await second.start();
+    try {
+      const body = {
+        ...initBody('msg-1', 'not-a-task'),
+        messages: [
+          { role: 'system', content: 'be brief' },
+          { role: 'user', content: ' trivial\n' },
+        ],
+      };
+      const init = await second.request('/init', { body });
+      assert.equal(init.status, 200, await init.text());
+      const unknown = await second.request('/init', {
+        body: {
+          ...body,
+          metadata: { ...body.metadata, rollout_id: 'msg-2' },
+          messages: [{ role: 'user', content: 'nope' }],
+        },
+      });
+      assert.equal(unknown.status, 400);
+      assert.match(
+        ((await unknown.json()) as { error: string }).error,
+        /^unknown task "nope" \(from the first user message\)/
+      );
+      const status = () => second.json<{ terminated: boolean; reward: number | null }>('/status?rollout_id=msg-1');
+      await waitFor(
+        'the rollout named by its message to finish',
+        async () => (await status()).body.terminated,
+        120_000
+      );
+      assert.equal((await status()).body.reward, 1);
+      const finished = (await (await second.request('/rollouts/msg-1')).json()) as { result: { task_name: string } };
+      assert.equal(finished.result.task_name, 'trivial');
+    } finally {
+      await second.stop('SIGTERM');
+    }
+  });
+
   it('answers status across a server kill and restart, and the rollout completes', async () => {
     assert.equal((await api('/init', { body: initBody('slow-1', 'slow') })).status, 200);
     await waitFor('the slow rollout to be running', async () => (await statusOf('slow-1')).body.terminated === false);

@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 
 import Docker from 'dockerode';
 
+import { stepExec } from '../../activities/session';
 import { createEnvironment } from '../../src/environments';
 import { LABEL_TRIAL } from '../../src/environments/environment';
 import { removeJobLeftovers } from '../support/docker';
@@ -118,6 +119,13 @@ export async function sessionsBenchmark(): Promise<void> {
       await environment.exec({ id: container.Id, workdir: '/' }, { command: 'echo hi' });
       bare.push(performance.now() - started);
     }
+    // The same exec with the step's wrapper (output cut, exit status kept): what a step costs in the container.
+    const wrapped: number[] = [];
+    for (let i = 0; i < STEPS; i++) {
+      const started = performance.now();
+      await environment.exec({ id: container.Id, workdir: '/' }, stepExec('echo hi', 64 * 1024));
+      wrapped.push(performance.now() - started);
+    }
     await Promise.all(warmIds.map(end));
 
     const parallelStarted = performance.now();
@@ -138,8 +146,10 @@ export async function sessionsBenchmark(): Promise<void> {
     console.log(`  create, from the warm pool:     ${fmt(warm)}`);
     console.log(`  step round trip (echo, HTTP):   ${fmt(rounds)}`);
     console.log(`  bare docker exec (echo):        ${fmt(bare)}`);
+    console.log(`  the step's exec (wrapped echo): ${fmt(wrapped)}`);
     console.log(
-      `  overhead over bare exec:        p50 ${(percentile(rounds, 50) - percentile(bare, 50)).toFixed(1)} ms`
+      `  overhead over bare exec:        p50 ${(percentile(rounds, 50) - percentile(bare, 50)).toFixed(1)} ms ` +
+        `(of it the step's wrapper: ${(percentile(wrapped, 50) - percentile(bare, 50)).toFixed(1)} ms)`
     );
     console.log(
       `  ${PARALLEL} sessions in parallel:        create + 10 steps each in ${(parallelMs / 1000).toFixed(1)} s; steps ${fmt(parallelSteps)}`
