@@ -23,10 +23,13 @@ export interface SessionCommandInput {
   outputLimitBytes: number;
 }
 
-/** The exec of a step: the command travels as an environment variable (no quoting to get wrong), its output cut. */
+/**
+ * The exec of a step: the command travels as an environment variable (no quoting to get wrong) and runs in the
+ * pipeline's subshell (a fork of the exec's bash, not a new bash: cheaper per step), its output cut.
+ */
 export function stepExec(command: string, outputLimitBytes: number) {
   return {
-    command: `bash -c "$ROLLOUT_STEP_COMMAND" 2>&1 | head -c ${outputLimitBytes + 1}; exit \${PIPESTATUS[0]}`,
+    command: `{ eval "$ROLLOUT_STEP_COMMAND"; } 2>&1 | head -c ${outputLimitBytes + 1}; exit \${PIPESTATUS[0]}`,
     env: { ROLLOUT_STEP_COMMAND: command },
   };
 }
