@@ -38,6 +38,7 @@ export function buildEnvironment(deps: ActivityDeps) {
           timeoutMs: spec.timeouts.build * 1000,
           signal,
           onOutput: (line) => output.push(line),
+          ...(spec.kubernetes ? { kubernetes: spec.kubernetes } : {}),
         })
       );
       await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);

@@ -1,6 +1,7 @@
 import { ApplicationFailure, sleep } from '@temporalio/activity';
 
 import type { EnvironmentType } from '../src/job/schema';
+import { providerQueue } from '../src/temporal/queues';
 import type { ActivityDeps } from './context';
 
 export interface ClaimHostInput {
@@ -11,6 +12,11 @@ export interface ClaimHostInput {
 export interface ClaimHostOutput {
   hostQueue: string;
   hostId: string;
+  /**
+   * False when the environment is reachable from any worker (a pod): the trial's steps then go to the shared provider
+   * queue, where no host can be lost. Absent in histories recorded before it existed: host-bound.
+   */
+  hostBound?: boolean;
 }
 
 const WAIT_FOR_SLOT_MS = 5_000;
@@ -21,6 +27,10 @@ const WAIT_FOR_SLOT_MS = 5_000;
  */
 export function claimHost(deps: ActivityDeps) {
   return async function claimHost(input: ClaimHostInput): Promise<ClaimHostOutput> {
+    // Any worker serves such a trial's steps: no host (and none of its slots) is held; the job bounds concurrency.
+    if (!deps.environment(input.environmentType).hostBound) {
+      return { hostQueue: providerQueue(input.environmentType), hostId: deps.hostId, hostBound: false };
+    }
     const deadline = Date.now() + WAIT_FOR_SLOT_MS;
     while (!deps.slots.tryAcquire(input.trialId)) {
       if (Date.now() > deadline) {

@@ -14,7 +14,9 @@ export interface CleanupInput {
 export function cleanupEnvironment(deps: ActivityDeps) {
   return async function cleanupEnvironment({ spec }: CleanupInput): Promise<void> {
     try {
-      const removed = await heartbeating(() => deps.environment(spec.environmentType).removeTrial(spec.trialId));
+      const removed = await heartbeating(() =>
+        deps.environment(spec.environmentType).removeTrial(spec.trialId, spec.kubernetes)
+      );
       await log(spec, 'cleanup', `removed ${removed} environment(s)`);
     } finally {
       deps.slots.release(spec.trialId);

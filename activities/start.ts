@@ -68,6 +68,10 @@ export function startEnvironment(deps: ActivityDeps) {
           // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
           files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
           setup: ca?.setup,
+          ...(spec.kubernetes ? { kubernetes: spec.kubernetes } : {}),
+          budgetSec: trialBudgetSec(spec),
+          timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
+          signal,
         });
         const check = task.config.environment.healthcheck;
         if (check) {
@@ -91,6 +95,12 @@ export function startEnvironment(deps: ActivityDeps) {
       throw err;
     }
   };
+}
+
+/** What the trial may still spend in its environment after start: install, agent, verifier and collection. */
+function trialBudgetSec(spec: TrialSpec): number {
+  const { install, execute, verify, collect, stop } = spec.timeouts;
+  return install + execute + verify + collect + stop;
 }
 
 function findSnapshot(

@@ -99,4 +99,20 @@ if ! .venv-harbor/bin/python -c 'import harbor.utils.trajectory_validator' >/dev
   .venv-harbor/bin/pip install -q 'pydantic>=2.12'
   .venv-harbor/bin/pip install -q --no-deps --ignore-requires-python harbor==0.25.0
 fi
+# --- Image registry (CNCF distribution) for the kubernetes environment's tests ------------------------------------
+# No container registry is reachable here: the tests push to one of their own, built once from the Go module proxy.
+# Without Go (>= 1.21) the registry is skipped and those tests print "not run".
+REGISTRY_VERSION=v3.0.0
+REGISTRY_BIN="${ROLLOUT_CACHE_DIR:-$HOME/.cache/rollout}/registry/$REGISTRY_VERSION/registry"
+if [ ! -x "$REGISTRY_BIN" ]; then
+  if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+    log "building the image registry $REGISTRY_VERSION (go install, once)"
+    mkdir -p "$(dirname "$REGISTRY_BIN")"
+    GOBIN="$(dirname "$REGISTRY_BIN")" GOTOOLCHAIN=auto PATH="$PATH:/usr/local/go/bin" \
+      go install "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" ||
+      log "warning: the image registry did not build; the kubernetes e2e tests will print 'not run'"
+  else
+    log "no Go toolchain: the kubernetes e2e tests will print 'not run' (they need an image registry)"
+  fi
+fi
 log "ready"

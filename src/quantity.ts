@@ -39,6 +39,11 @@ export function parseQuantity(text: string): number {
   return value;
 }
 
+/** A quantity as the Kubernetes API writes it (node allocatable, pod requests): bare numbers are units, 0 is 0. */
+export function apiQuantity(text: string): number {
+  return /^\s*0*\s*$/.test(text) ? 0 : parseQuantity(text);
+}
+
 /** CPU count: "1", "0.5", "500m", or a number. */
 export function parseCpus(value: string | number): number {
   return typeof value === 'number' ? positive(value, String(value)) : parseQuantity(value);

@@ -228,7 +228,7 @@ describe('environmentRequirement', () => {
   after(() => Promise.all(scratch.map((dir) => rm(dir, { recursive: true, force: true }))));
 
   it('docker needs environment/Dockerfile or a docker_image', async () => {
-    const docker = environmentRequirement('docker');
+    const docker = environmentRequirement({ type: 'docker' });
     const empty = await taskWith({});
     assert.deepEqual(await docker({ dir: empty, config: config() }), [
       {
@@ -244,14 +244,17 @@ describe('environmentRequirement', () => {
   it('docker takes a docker-compose file beside the Dockerfile, and still needs the Dockerfile for main', async () => {
     const compose = { 'docker-compose.yml': 'services: {}' };
     const withDockerfile = await taskWith({ ...compose, Dockerfile: 'FROM scratch' });
-    assert.deepEqual(await environmentRequirement('docker')({ dir: withDockerfile, config: config() }), []);
+    assert.deepEqual(await environmentRequirement({ type: 'docker' })({ dir: withDockerfile, config: config() }), []);
     const dir = await taskWith(compose);
-    const [problem, ...rest] = await environmentRequirement('docker')({ dir, config: config() });
+    const [problem, ...rest] = await environmentRequirement({ type: 'docker' })({ dir, config: config() });
     assert.deepEqual(rest, []);
     assert.equal(problem?.file, path.join(dir, 'environment', 'Dockerfile'));
   });
 
   it('local needs nothing', async () => {
-    assert.deepEqual(await environmentRequirement('local')({ dir: await taskWith({}), config: config() }), []);
+    assert.deepEqual(
+      await environmentRequirement({ type: 'local' })({ dir: await taskWith({}), config: config() }),
+      []
+    );
   });
 });

@@ -77,6 +77,18 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
 
   const workers: Promise<Worker>[] = [];
   for (const type of options.environmentTypes) {
+    if (!deps.environment(type).hostBound) {
+      // Reachable from any worker (pods): every step is served on the shared queue, no host queue needed.
+      workers.push(
+        Worker.create({
+          ...common,
+          taskQueue: providerQueue(type),
+          activities,
+          maxConcurrentActivityTaskExecutions: options.maxTrials * 2 + 4,
+        })
+      );
+      continue;
+    }
     workers.push(
       Worker.create({
         ...common,

@@ -182,9 +182,9 @@ async function runOnce(
     heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
     retry: { initialInterval: '1s', maximumInterval: '10s' },
   });
-  const { hostQueue } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
+  const { hostQueue, hostBound } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
   state.hostQueue = hostQueue;
-  const host = hostActivities(spec, hostQueue);
+  const host = hostActivities(spec, hostQueue, hostBound ?? true);
 
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     state.step = name;
@@ -291,14 +291,17 @@ async function releaseEnvironment(
   await attempt('cleanup', () => host.cleanupEnvironment({ spec }));
 }
 
-/** The lifecycle activities, bound to the host queue, each with a timeout derived from the trial's limits. */
-function hostActivities(spec: TrialSpec, hostQueue: string) {
+/**
+ * The lifecycle activities, bound to the host queue (or the shared provider queue when the environment is not bound
+ * to a host), each with a timeout derived from the trial's limits.
+ */
+function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean) {
   const base: ActivityOptions = {
     taskQueue: hostQueue,
     heartbeatTimeout: HEARTBEAT_TIMEOUT_MS,
     // Only host-specific queues may use this: a host that stopped polling fails the step fast, and the trial
     // restarts elsewhere instead of waiting forever.
-    scheduleToStartTimeout: spec.hostLostTimeoutSec * 1000,
+    ...(hostBound ? { scheduleToStartTimeout: spec.hostLostTimeoutSec * 1000 } : {}),
   };
   const retried = { maximumAttempts: 3, initialInterval: 1000, nonRetryableErrorTypes: [...TASK_ERROR_TYPES] };
   // Agent scripts are not idempotent: never re-run one in the same container; the trial restarts instead.

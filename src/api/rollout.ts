@@ -29,6 +29,9 @@ import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../trial/types';
 import type { z } from 'zod';
 
+/** What an embedded worker serves unless told: the types that need no cluster of their own configured. */
+const DEFAULT_WORKER_TYPES = ENVIRONMENT_TYPES.filter((type) => type !== 'kubernetes');
+
 export interface WorkerOptions {
   /** Environment types this process runs trials on (default: all built-in ones). */
   environmentTypes?: EnvironmentType[];
@@ -100,7 +103,7 @@ export class Rollout {
           namespace: endpoint.namespace,
           client,
           hostId: (worker === true ? undefined : worker.hostId) ?? defaultHostId(),
-          environmentTypes: (worker === true ? undefined : worker.environmentTypes) ?? [...ENVIRONMENT_TYPES],
+          environmentTypes: (worker === true ? undefined : worker.environmentTypes) ?? [...DEFAULT_WORKER_TYPES],
           maxTrials: (worker === true ? undefined : worker.maxTrials) ?? 8,
           serveWorkflows: true,
         })

@@ -88,7 +88,7 @@ export async function buildEnvironments(target: string, options: BuildOptions): 
 
 /** The tasks of a job file (its datasets, registry ones downloaded and pinned as the job pins them) or a dataset. */
 async function tasksOf(target: string): Promise<{ tasks: Task[]; timeoutMultiplier: number }> {
-  const requirement = environmentRequirement('docker');
+  const requirement = environmentRequirement({ type: 'docker' });
   if (statSync(target).isDirectory()) {
     const loaded = await loadDataset(target, requirement);
     if (loaded.problems.length) throw new InputError(loaded.problems);

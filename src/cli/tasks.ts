@@ -48,7 +48,7 @@ export async function checkTasks(paths: string[], options: CheckOptions): Promis
   const checks = new Map<string, TaskCheck>();
   const validDirs: string[] = [];
   for (const dataset of paths) {
-    const loaded = await loadDataset(dataset, environmentRequirement('docker'));
+    const loaded = await loadDataset(dataset, environmentRequirement({ type: 'docker' }));
     for (const task of loaded.tasks) validDirs.push(task.dir);
     for (const [dir, problems] of groupByTask(path.resolve(dataset), loaded.problems)) {
       checks.set(dir, {

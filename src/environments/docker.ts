@@ -78,6 +78,7 @@ interface ProgressEvent {
 /** Trials in containers of the local (or DOCKER_HOST) Docker engine, through its API (dockerode). */
 export class DockerEnvironment implements Environment {
   readonly type = 'docker';
+  readonly hostBound = true;
   private readonly docker: Docker;
   private readonly owner: EnvironmentOwner;
   /** Builds in flight by image: concurrent trials of one environment wait for one build. */
@@ -966,7 +967,7 @@ async function exitCodeOf(exec: Docker.Exec): Promise<number | null> {
 }
 
 /** Keeps the last OUTPUT_LIMIT characters written to it. */
-class OutputTail extends Writable {
+export class OutputTail extends Writable {
   private readonly decoder = new StringDecoder('utf8');
   private data = '';
 
@@ -1021,11 +1022,11 @@ function rootRelative(containerPath: string): string {
   return path.posix.normalize(containerPath).replace(/^\/+/, '') || '.';
 }
 
-function envList(env: Record<string, string>): string[] {
+export function envList(env: Record<string, string>): string[] {
   return Object.entries(env).map(([key, value]) => `${key}=${value}`);
 }
 
-async function isFile(file: string): Promise<boolean> {
+export async function isFile(file: string): Promise<boolean> {
   return (await stat(file).catch(() => undefined))?.isFile() ?? false;
 }
 
@@ -1048,7 +1049,7 @@ function daemonMessage(err: unknown): string {
   return (err as { json?: { message?: string } }).json?.message ?? '';
 }
 
-function firstLine(err: unknown): string {
+export function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
 }
 
@@ -1056,7 +1057,7 @@ function firstLine(err: unknown): string {
 const COMPOSE_WAIT_TIMEOUT_SEC = 300;
 
 /** The command that keeps a trial's container up. */
-const KEEP_ALIVE = ['sleep', 'infinity'] as const;
+export const KEEP_ALIVE = ['sleep', 'infinity'] as const;
 
 function isKeepAlive(entrypoint: string[] | string | undefined): boolean {
   return Array.isArray(entrypoint) && entrypoint.join(' ') === KEEP_ALIVE.join(' ');

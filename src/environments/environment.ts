@@ -4,6 +4,7 @@
  * environment started by an earlier one.
  */
 import type { PhaseNetwork } from '../task/policy';
+import type { KubernetesSettings } from '../job/schema';
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
 import type { CollectBudget } from './host-files';
 
@@ -81,6 +82,8 @@ export interface BuildRequest {
    * that image, and the job gets no reference of its own to release (`built` is false).
    */
   partOf?: string;
+  /** job.yaml's environment keys of a kubernetes environment (namespace, image_registry, ...). */
+  kubernetes?: KubernetesSettings;
 }
 
 export interface BuildResult {
@@ -128,6 +131,13 @@ export interface StartRequest {
   files?: StartFile[];
   /** A shell command run as root once the files are in place, in the same round trip as the environment's setup. */
   setup?: string;
+  /** job.yaml's environment keys of a kubernetes environment (namespace, image_registry, ...). */
+  kubernetes?: KubernetesSettings;
+  /** The trial's whole remaining budget (agent, verifier and slack): an environment may not outlive it. */
+  budgetSec?: number;
+  /** How long start may wait for the environment to be up (a pod to be scheduled and pulled). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
 }
 
 export type StartFile = { containerPath: string } & ({ text: string } | { hostPath: string });
@@ -157,6 +167,11 @@ export interface ExecResult {
 
 export interface Environment {
   readonly type: string;
+  /**
+   * True when a handle is only usable on the host that started it (a local Docker container): the trial's steps
+   * then go to that host's own queue. False when any worker can reach it (a pod, through the cluster's API).
+   */
+  readonly hostBound: boolean;
   /** Checks that the environment's backend answers (e.g. the Docker daemon); throws a one-line reason if not. */
   ping(): Promise<void>;
   build(request: BuildRequest): Promise<BuildResult>;
@@ -181,7 +196,7 @@ export interface Environment {
   /** Removes the environment; idempotent (a missing one is not an error). */
   remove(handle: EnvironmentHandle): Promise<void>;
   /** Removes everything this host and deployment still hold for a trial (by label); returns how many were removed. */
-  removeTrial(trialId: string): Promise<number>;
+  removeTrial(trialId: string, kubernetes?: KubernetesSettings): Promise<number>;
   /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
   heldEnvironments(): Promise<HeldEnvironment[]>;
   /**

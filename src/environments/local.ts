@@ -46,6 +46,7 @@ const HOST_VARIABLES = ['PATH', 'HOME', 'LANG', 'TMPDIR'];
  */
 export class LocalEnvironment implements Environment {
   readonly type = 'local';
+  readonly hostBound = true;
 
   constructor(private readonly owner: EnvironmentOwner) {}
 

@@ -13,6 +13,7 @@ import { jobFiles, readJson } from '../results/files';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
+import { KUBERNETES_KEYS } from './schema';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
 export interface PlannedTrial {
@@ -48,7 +49,7 @@ export function jobWorkflowId(jobName: string): string {
  */
 export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: number } = {}): Promise<JobPlan> {
   const loaded = await loadJobDatasets(job, {
-    requirement: environmentRequirement(job.environment.type),
+    requirement: environmentRequirement(job.environment),
     // An earlier run of this job pinned its registry tasks: keep those commits.
     previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
   });
@@ -101,6 +102,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             forceBuild: job.environment.force_build,
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
+            ...kubernetesSpec(job),
             ...(job.retry
               ? {
                   retry: {
@@ -186,4 +188,14 @@ export function boundedId(id: string): string {
   if (id.length <= MAX_ID_LENGTH) return id;
   const digest = createHash('sha256').update(id).digest('hex').slice(0, 12);
   return `${id.slice(0, MAX_ID_LENGTH - digest.length - 1)}~${digest}`;
+}
+
+/** The job's kubernetes keys, for the trials of a kubernetes environment. */
+function kubernetesSpec(job: ResolvedJob): Pick<TrialSpec, 'kubernetes'> {
+  const { type, namespace } = job.environment;
+  if (type !== 'kubernetes' || namespace === undefined) return {};
+  const settings = Object.fromEntries(
+    KUBERNETES_KEYS.filter((key) => job.environment[key] !== undefined).map((key) => [key, job.environment[key]])
+  );
+  return { kubernetes: { ...settings, namespace } };
 }

@@ -11,7 +11,7 @@ const RETRYABLE_ERROR_TYPES = TASK_ERROR_TYPES;
 
 /** job.yaml / job.json, as the spec defines it. Unknown keys are errors so typos never pass silently. */
 
-export const ENVIRONMENT_TYPES = ['docker', 'local'] as const;
+export const ENVIRONMENT_TYPES = ['docker', 'local', 'kubernetes'] as const;
 export type EnvironmentType = (typeof ENVIRONMENT_TYPES)[number];
 
 export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
@@ -148,6 +148,42 @@ export const RegistryDatasetConfigSchema = z.strictObject({
 });
 export const DatasetSchema = z.union([PathDatasetSchema, RegistryDatasetConfigSchema]);
 export type DatasetConfig = z.infer<typeof DatasetSchema>;
+
+/** A DNS-1123 name (namespaces, service accounts, secrets, runtime classes). */
+const kubernetesName = z
+  .string()
+  .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'lower-case letters, digits, "-" and "." (a Kubernetes name)')
+  .max(253);
+
+/** environment keys of `type: kubernetes` (the cluster itself comes from KUBECONFIG or the in-cluster config). */
+export const KubernetesSettingsSchema = z.strictObject({
+  namespace: kubernetesName,
+  /** A context of the kubeconfig; else its current one. */
+  context: z.string().min(1).optional(),
+  /** Where images built from a task's Dockerfile are pushed (e.g. registry.example.com/team); pods pull them there. */
+  image_registry: z
+    .string()
+    .regex(/^[^\s/:]+(:\d+)?(\/[a-z0-9._/-]+)?$/, 'a registry host (host[:port][/path]), without a scheme or a tag')
+    .optional(),
+  runtime_class: kubernetesName.optional(),
+  node_selector: z.record(z.string(), z.string()).optional(),
+  tolerations: z
+    .array(
+      z.strictObject({
+        key: z.string().optional(),
+        operator: z.enum(['Exists', 'Equal']).optional(),
+        value: z.string().optional(),
+        effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']).optional(),
+        toleration_seconds: z.number().int().nonnegative().optional(),
+      })
+    )
+    .optional(),
+  service_account: kubernetesName.optional(),
+  /** An image pull secret in the namespace, for the registry. */
+  pull_secret: kubernetesName.optional(),
+});
+export type KubernetesSettings = z.infer<typeof KubernetesSettingsSchema>;
+export const KUBERNETES_KEYS = Object.keys(KubernetesSettingsSchema.shape) as (keyof KubernetesSettings)[];
 export type RegistryDatasetConfig = z.infer<typeof RegistryDatasetConfigSchema>;
 
 /**
@@ -198,6 +234,17 @@ export const JobConfigSchema = z
         /** Caps on what collect copies from an environment's /logs to the host, per trial. */
         collect_max_bytes: quantity(parseBytes).default('1Gi'),
         collect_max_files: z.number().int().positive().default(10_000),
+        ...KubernetesSettingsSchema.partial().shape,
+      })
+      .superRefine((environment, ctx) => {
+        if (environment.type !== 'kubernetes') {
+          for (const key of KUBERNETES_KEYS) {
+            if (environment[key] !== undefined)
+              ctx.addIssue({ code: 'custom', path: [key], message: 'only for environment type kubernetes' });
+          }
+        } else if (environment.namespace === undefined) {
+          ctx.addIssue({ code: 'custom', path: ['namespace'], message: 'required for environment type kubernetes' });
+        }
       })
       .prefault({}),
     verifier: z

@@ -3,7 +3,7 @@
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
 import { API_ERROR_TYPES } from '../gateway/errors';
-import type { EnvironmentType } from '../job/schema';
+import type { EnvironmentType, KubernetesSettings } from '../job/schema';
 import type { TrialUsage } from '../results/usage';
 
 export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
@@ -70,6 +70,8 @@ export interface TrialSpec {
    * install step, a round trip for nothing, and its result names this agent.
    */
   agentWithoutInstall?: AgentInfo;
+  /** job.yaml's kubernetes keys, for `environment: {type: kubernetes}`. */
+  kubernetes?: KubernetesSettings;
 }
 
 export interface RetryPolicy {
