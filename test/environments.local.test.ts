@@ -251,6 +251,18 @@ describe('environmentRequirement', () => {
     assert.equal(problem?.file, path.join(dir, 'environment', 'Dockerfile'));
   });
 
+  it('kubernetes needs an image_registry for a Dockerfile, and refuses docker-compose', async () => {
+    const dir = await taskWith({ Dockerfile: 'FROM scratch' });
+    const [problem, ...rest] = await environmentRequirement({ type: 'kubernetes' })({ dir, config: config() });
+    assert.deepEqual(rest, []);
+    assert.match(problem?.message ?? '', /set environment\.image_registry in job\.yaml/);
+    const withRegistry = environmentRequirement({ type: 'kubernetes', image_registry: 'registry.example/team' });
+    assert.deepEqual(await withRegistry({ dir, config: config() }), []);
+    const compose = await taskWith({ Dockerfile: 'FROM scratch', 'docker-compose.yaml': 'services: {}' });
+    const [composeProblem] = await withRegistry({ dir: compose, config: config() });
+    assert.equal(composeProblem?.file, path.join(compose, 'environment', 'docker-compose.yaml'));
+  });
+
   it('local needs nothing', async () => {
     assert.deepEqual(
       await environmentRequirement({ type: 'local' })({ dir: await taskWith({}), config: config() }),
