@@ -9,6 +9,7 @@ import { TaskEnvironmentError } from '../src/environments/environment';
 import { CollectBudget } from '../src/environments/host-files';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
+import { separateVerifierNetwork, UnsupportedNetworkError } from '../src/task/policy';
 import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
 import type { CollectedArtifact } from '../src/trial/artifacts';
 import { collectArtifacts, placeArtifacts, runCollectHooks } from '../src/trial/artifacts';
@@ -112,7 +113,7 @@ export function runVerifier(deps: ActivityDeps) {
       if (!separate) {
         await resetVerifierLogs(environment, handle, signal, true);
         await environment.upload(handle, path.join(task.dir, 'tests'), '/tests');
-        const rewards = await test(environment, handle, spec, task, signal);
+        const rewards = await test(environment, handle, spec, task, signal, 'shared');
         // Harbor collects them after verification in shared mode.
         if (task.config.artifacts.length || task.config.verifier.collect.length) await collect();
         return rewards;
@@ -150,10 +151,13 @@ async function verifySeparately(
       env: resolveWorkerEnv(config.env),
       workdir: config.workdir,
       role: 'verifier',
+      network: separateVerifierNetwork(task.config, config),
+      users: task.config.verifier.user === undefined ? [] : [task.config.verifier.user],
     }));
   } catch (err) {
     if (err instanceof TaskEnvironmentError)
       throw taskFailure(err.type, `separate verifier environment: ${err.message}`);
+    if (err instanceof UnsupportedNetworkError) throw taskFailure('EnvironmentStartError', err.message);
     throw err;
   }
   try {
@@ -163,7 +167,7 @@ async function verifySeparately(
       `separate verifier environment ${verifier.id.slice(0, 12)} with ${collected.length} artifact(s)`
     );
     await placeArtifacts(environment, verifier, collected);
-    const rewards = await test(environment, verifier, spec, task, signal);
+    const rewards = await test(environment, verifier, spec, task, signal, 'separate');
     await copyVerifierLogs(environment, verifier, handle, signal);
     return rewards;
   } finally {
@@ -203,17 +207,23 @@ async function resetVerifierLogs(
   if (reset.exitCode !== 0) throw new Error(`could not reset /logs/verifier: ${reset.stderr.trim()}`);
 }
 
-/** Runs tests/test.sh where /tests is and reads the reward. */
+/**
+ * Runs tests/test.sh where /tests is and reads the reward. In the agent's environment, on the network task.toml gives
+ * the verifier phase; a separate verifier's environment was started on its own.
+ */
 async function test(
   environment: Environment,
   handle: EnvironmentHandle,
   spec: TrialSpec,
   task: Task,
-  signal: AbortSignal
+  signal: AbortSignal,
+  where: 'shared' | 'separate'
 ): Promise<Rewards> {
   const { logs, tests } = CONTAINER_PATHS;
   const marker = `rollout-reward-${randomBytes(8).toString('hex')}`;
-  const run = await inPhaseNetwork(environment, handle, task.config, 'verifier', () =>
+  const inPhase = <T>(work: () => Promise<T>) =>
+    where === 'shared' ? inPhaseNetwork(environment, handle, task.config, 'verifier', work) : work();
+  const run = await inPhase(() =>
     environment.exec(handle, {
       command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1; ${printRewardFiles(marker)}`,
       env: resolveWorkerEnv(task.config.verifier.env),

@@ -177,6 +177,22 @@ describe('task.toml policies on Docker', () => {
         `[ "$(cat /app/agent-net)" = reachable ] && [ "$(cat /tmp/install-net)" = blocked ] && ${verifierProbe}`
       ),
     });
+    // A separate verifier (Harbor's [verifier.environment]) runs on that environment's own network.
+    for (const [name, mode, expected] of [
+      ['separate-verifier-offline', 'no-network', 'blocked'],
+      ['separate-verifier-public', 'public', 'reachable'],
+    ] as const) {
+      await writeTask('probe-tasks', name, {
+        'task.toml': toml({
+          verifier: ['environment_mode = "separate"'],
+          more: ['[verifier.environment]', `network_mode = "${mode}"`],
+        }),
+        // An image of this job's own: a verifier image goes with the main image it is part of.
+        'environment/Dockerfile': `FROM debian:bookworm-slim\nWORKDIR /app\nLABEL rollout.test=${suffix}\n`,
+        'tests/Dockerfile': 'FROM debian:bookworm-slim\nCOPY test.sh /tests/test.sh\n',
+        'tests/test.sh': rewardIf(`[ "$${PROBE}" = ${expected} ]`),
+      });
+    }
     await writeFile(
       path.join(dir, 'probe.yaml'),
       [
@@ -273,6 +289,14 @@ describe('task.toml policies on Docker', () => {
     const result = await trial(probeJob, 'agent-phase-public', 'npm-probe');
     assert.equal(result.error, null, JSON.stringify(result.error));
     assert.deepEqual(result.rewards, { reward: 1 });
+  });
+
+  it('a separate verifier environment has the network of its [verifier.environment]', async () => {
+    for (const task of ['separate-verifier-offline', 'separate-verifier-public']) {
+      const result = await trial(probeJob, task, 'npm-probe');
+      assert.equal(result.error, null, `${task}: ${JSON.stringify(result.error)}`);
+      assert.deepEqual(result.rewards, { reward: 1 }, task);
+    }
   });
 
   it('leaves no container or image of either job behind', async () => {

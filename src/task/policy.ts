@@ -98,13 +98,25 @@ export interface NetworkPlan {
 }
 
 export function networkPlan(config: TaskConfig): NetworkPlan {
-  const { environment } = config;
-  const baseline = environment.network_mode ?? (environment.allow_internet === false ? 'no-network' : 'public');
+  const baseline = baselineOf(config.environment);
   return {
     baseline,
     agent: config.agent.network_mode ?? baseline,
     verifier: config.verifier.network_mode ?? baseline,
   };
+}
+
+/** An environment table's own network: network_mode, else the older allow_internet. */
+function baselineOf(environment: TaskConfig['environment']): NetworkMode {
+  return environment.network_mode ?? (environment.allow_internet === false ? 'no-network' : 'public');
+}
+
+/**
+ * The network of a separate verifier's environment (it runs only the tests): `[verifier] network_mode` when set, else
+ * that environment's own (`[verifier.environment]`, or the copy of `[environment]`), as Harbor resolves it.
+ */
+export function separateVerifierNetwork(config: TaskConfig, environment: TaskConfig['environment']): PhaseNetwork {
+  return phaseNetwork(config.verifier.network_mode ?? baselineOf(environment), '[verifier]');
 }
 
 /** The phase's network, or the reason it cannot be had here (an allowlist needs an egress proxy Rollout lacks). */
