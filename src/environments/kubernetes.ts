@@ -223,8 +223,9 @@ export class KubernetesEnvironment implements Environment {
     if (made.exitCode !== 0) {
       throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the pod: ${made.stderr}`);
     }
-    // Kubernetes has no per-pod process limit (a kubelet setting): pids_limit is not enforced.
-    return { handle, unenforced: ['pids'] };
+    // Kubernetes has no per-pod process limit (a kubelet setting): pids_limit is not enforced. Its exec cannot switch
+    // users, so task.toml's [agent]/[verifier] user is not either.
+    return { handle, unenforced: ['pids', ...(request.users?.length ? ['user'] : [])] };
   }
 
   private remember(ref: PodRef): void {
