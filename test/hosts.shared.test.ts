@@ -26,11 +26,12 @@ import type { TrialSpec } from '../src/trial/types';
 import { leaseWorkerId } from '../workers/host-lease';
 import { removeAbandonedEnvironments } from '../workers/janitor';
 import { trialStateQuery } from '../workflows/messages';
-import { runCli } from './support/cli';
+import { runCli, startCli } from './support/cli';
+import { runningTrialSteps } from '../src/cli/inspect';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { writeLocalJob } from './support/local-job';
 import { TEST_ADDRESS, testTemporal } from './support/temporal';
-import { waitFor } from './support/wait';
+import { waitFor, within } from './support/wait';
 
 const docker = new Docker();
 const run = randomBytes(3).toString('hex');
@@ -97,6 +98,46 @@ describe('several Rollouts on one host', () => {
     }
     for (const queue of queues) {
       assert.ok([`rollout-local@shared-${run}`, `rollout-local@shared-${run}~2`].includes(queue), queue);
+    }
+  });
+
+  it('a CLI whose job is done stays until the trials of another job its worker runs have ended', async () => {
+    const [first, second] = [`drain-a-${run}`, `drain-b-${run}`];
+    const firstFile = await writeLocalJob({
+      name: first,
+      attempts: 1,
+      concurrency: 1,
+      execute: 'sleep 4; echo ok > answer.txt',
+    });
+    const secondFile = await writeLocalJob({
+      name: second,
+      attempts: 2,
+      concurrency: 2,
+      execute: 'sleep 12; echo ok > answer.txt',
+    });
+    const env = { ROLLOUT_HOST_ID: `drain-${run}` };
+    const firstCli = startCli([path.basename(firstFile), '--max-trials', '4'], { cwd: path.dirname(firstFile), env });
+    await waitFor('the first job running its agent', async () =>
+      (await runningTrialSteps(client, first)).some((trial) => trial.step === 'execute')
+    );
+    // The second job brings no worker: its trials can only run on the first CLI's.
+    const secondCli = startCli([path.basename(secondFile), '--no-worker'], { cwd: path.dirname(secondFile), env });
+    await waitFor('both trials of the second job running their agent', async () => {
+      const steps = await runningTrialSteps(client, second);
+      return steps.length === 2 && steps.every((trial) => trial.step === 'execute');
+    });
+    const firstRun = await within(120_000, 'the first CLI', firstCli.output);
+    assert.equal(firstRun.code, 0, firstRun.stderr);
+    assert.match(firstRun.stderr, /waiting for 2 trial\(s\) of other jobs/);
+    const secondRun = await within(120_000, 'the second CLI', secondCli.output);
+    assert.equal(secondRun.code, 0, secondRun.stderr);
+    const jobDir = path.join(path.dirname(secondFile), 'jobs', second);
+    for (const attempt of [1, 2]) {
+      const trial = JSON.parse(
+        await readFile(jobFiles.trialResult(jobDir, `trivial__echo__${attempt}`), 'utf8')
+      ) as TrialResult;
+      assert.deepEqual(trial.rewards, { reward: 1 });
+      assert.equal(trial.restarts, 0, 'ran to the end on the worker that started it');
     }
   });
 

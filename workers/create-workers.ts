@@ -36,6 +36,8 @@ export interface WorkerSetOptions {
   serveWorkflows: boolean;
   /** Containers trust the host's CA certificates (default `auto`: when the host has extra CAs installed). */
   containerCaTrust?: CaTrustMode;
+  /** The trial slots of this process (default: `maxTrials` of them). */
+  slots?: CountingTrialSlots;
   /** The workflow bundle (default: the host cache's, see workflow-bundle.ts; tests share one). */
   workflowBundle?: { code: string } | { codePath: string };
 }
@@ -55,7 +57,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
   };
   const workerId = options.workerId ?? owner.hostId;
   const identity = `${workerId}/${process.pid}`;
-  const slots = new CountingTrialSlots(options.maxTrials);
+  const slots = options.slots ?? new CountingTrialSlots(options.maxTrials);
   const environments = new Map<EnvironmentType, Environment>();
   const deps = {
     hostId: workerId,
@@ -136,7 +138,15 @@ export interface RunningWorkers {
   /** Resolves when the workers stop (a shutdown signal, or stop()). */
   done: Promise<void>;
   stop(): Promise<void>;
+  /**
+   * Stops after the trials this process holds have ended. A CLI whose own job is done may still hold trials of other
+   * jobs on the same server (its worker took them); leaving at once would strand them until their host counts as lost.
+   * Takes no new trials meanwhile; `onWait` hears how many it waits for, each time that changes.
+   */
+  drain(onWait: (trials: number) => void): Promise<void>;
 }
+
+const DRAIN_POLL_MS = 1_000;
 
 /** How often a running worker looks for environments of trials that moved on or ended without cleanup. */
 const JANITOR_INTERVAL_MS = 60_000;
@@ -160,7 +170,14 @@ export async function startWorkers(
   await clean(false);
   const lease = await leaseWorkerId(owner.hostId, owner.deployment);
   const connection = await NativeConnection.connect({ address: options.address });
-  const workers = await createWorkers({ ...options, hostId: owner.hostId, workerId: lease.workerId, connection });
+  const slots = new CountingTrialSlots(options.maxTrials);
+  const workers = await createWorkers({
+    ...options,
+    hostId: owner.hostId,
+    workerId: lease.workerId,
+    connection,
+    slots,
+  });
   const janitor = setInterval(() => {
     clean(true).catch((err: unknown) => console.error(`warning: janitor: ${(err as Error).message}`));
   }, JANITOR_INTERVAL_MS);
@@ -169,12 +186,39 @@ export async function startWorkers(
     await connection.close();
     await lease.release();
   });
+  const stop = async () => {
+    for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
+    await done.catch(() => undefined);
+  };
   return {
     workerId: lease.workerId,
     done,
-    async stop() {
-      for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
-      await done.catch(() => undefined);
+    stop,
+    async drain(onWait) {
+      let waitingFor = slots.close();
+      let stopped = false;
+      done.then(
+        () => (stopped = true),
+        () => (stopped = true)
+      );
+      let reported = -1;
+      while (!stopped) {
+        const running = await Promise.all(waitingFor.map((trialId) => trialRunning(options.client, trialId)));
+        waitingFor = waitingFor.filter((_, index) => running[index]);
+        if (waitingFor.length === 0) break;
+        if (waitingFor.length !== reported) onWait((reported = waitingFor.length));
+        await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+      }
+      await stop();
     },
   };
+}
+
+/** Whether a trial's workflow still runs; while the server cannot tell (down, restarting), it counts as running. */
+async function trialRunning(client: Client, trialId: string): Promise<boolean> {
+  try {
+    return (await client.workflow.getHandle(trialId).describe()).status.name === 'RUNNING';
+  } catch (err) {
+    return (err as Error).name !== 'WorkflowNotFoundError';
+  }
 }

@@ -148,7 +148,11 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
   await poll;
   view.update((await handle.query(jobProgressQuery).catch(() => undefined)) ?? emptyProgress(job.name));
   view.done();
-  await workerRun?.stop();
+  await workerRun?.drain((trials) =>
+    log.info(
+      `waiting for ${trials} trial(s) of other jobs that this process's worker is running (Ctrl-C leaves them to other workers)`
+    )
+  );
   await connection.close();
 
   const result = await readJson<JobResult>(jobFiles.result(plan.jobDir));
