@@ -10,10 +10,10 @@ import type { Readable } from 'node:stream';
 import { PassThrough } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import type { V1Pod, V1Status } from '@kubernetes/client-node';
+import type * as KubernetesClient from '@kubernetes/client-node';
+import type { CoreV1Api, Exec, KubeConfig, V1Pod, V1Status } from '@kubernetes/client-node';
 import tarFs from 'tar-fs';
 import tarStream from 'tar-stream';
-import { ApiException, CoreV1Api, Exec, KubeConfig, Watch } from '@kubernetes/client-node';
 
 import type { KubernetesSettings } from '../job/schema';
 import { apiQuantity } from '../quantity';
@@ -113,7 +113,7 @@ export class KubernetesEnvironment implements Environment {
       if (!config.getCurrentCluster()) {
         throw new Error('no Kubernetes cluster configured (set KUBECONFIG, or run inside a cluster)');
       }
-      cluster = { config, core: config.makeApiClient(CoreV1Api), exec: new Exec(config) };
+      cluster = { config, core: config.makeApiClient(client().CoreV1Api), exec: new (client().Exec)(config) };
       this.clusters.set(key, cluster);
     }
     return cluster;
@@ -308,7 +308,7 @@ export class KubernetesEnvironment implements Environment {
       const path = `/api/v1/namespaces/${ref.namespace}/pods`;
       const query = { fieldSelector: `metadata.name=${ref.name}` };
       let seen = 0;
-      new Watch(cluster.config)
+      new (client().Watch)(cluster.config)
         .watch(
           path,
           query,
@@ -602,7 +602,7 @@ export class KubernetesEnvironment implements Environment {
         const list = await this.cluster(context).core.listPodForAllNamespaces({ labelSelector: selector });
         found.push(...list.items.map((pod) => podRef(pod, context)));
       } catch (err) {
-        if (!(err instanceof ApiException) || err.code !== 403) throw err;
+        if (!(err instanceof client().ApiException) || err.code !== 403) throw err;
         found.push(...(await this.podsIn(context, [...(this.namespaces.get(key) ?? [])], selector)));
       }
     }
@@ -639,8 +639,19 @@ export class KubernetesEnvironment implements Environment {
   }
 }
 
+let loadedClient: typeof KubernetesClient | undefined;
+
+/**
+ * @kubernetes/client-node, loaded when a cluster is first used: it costs ~28 MB of heap and start-up time, which
+ * every other command and docker-only worker would otherwise pay.
+ */
+function client(): typeof KubernetesClient {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous, deferred load (see above)
+  return (loadedClient ??= require('@kubernetes/client-node') as typeof KubernetesClient);
+}
+
 function defaultKubeConfig(): KubeConfig {
-  const config = new KubeConfig();
+  const config = new (client().KubeConfig)();
   config.loadFromDefault();
   return config;
 }
@@ -817,7 +828,7 @@ function podRef(pod: V1Pod, context: string | undefined): PodRef & { trialId: st
 }
 
 function isNotFound(err: unknown): boolean {
-  return err instanceof ApiException && err.code === 404;
+  return err instanceof client().ApiException && err.code === 404;
 }
 
 function toError(err: unknown): Error {
@@ -826,7 +837,7 @@ function toError(err: unknown): Error {
 
 /** The API server's own message (a Status body), else the error's first line. */
 function apiMessage(err: unknown): string {
-  if (err instanceof ApiException) {
+  if (err instanceof client().ApiException) {
     const body: unknown = typeof err.body === 'string' ? safeJson(err.body) : err.body;
     const message = (body as { message?: string } | undefined)?.message;
     return `HTTP ${err.code}${message ? `: ${message}` : ''}`;
