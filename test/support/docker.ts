@@ -31,11 +31,15 @@ export async function removeJobLeftovers(jobName: string): Promise<void> {
   for (const container of await containersOfJob(jobName)) {
     await engine().getContainer(container.Id).remove({ force: true });
   }
+  // Not forced: on a shared host another job may be using an image this job built (images are content-keyed);
+  // the daemon refuses (409) while a container uses it, and that image is then left to its user.
   for (const image of await imagesOfJob(jobName)) {
     await engine()
       .getImage(image.Id)
-      .remove({ force: true })
-      .catch(() => undefined);
+      .remove()
+      .catch((err: Error & { statusCode?: number }) => {
+        if (err.statusCode !== 404 && err.statusCode !== 409) throw err;
+      });
   }
 }
 
