@@ -11,6 +11,7 @@ import { INSTRUCTION_FILE } from '../src/environments/environment';
 import type { AgentConfig, EnvironmentType } from '../src/job/schema';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
+import { taskAtStep } from '../src/task/steps';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
@@ -18,14 +19,21 @@ import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
 export interface AgentStepInput {
   spec: TrialSpec;
   handle: EnvironmentHandle;
+  /** A multi-step task's step (task.toml `[[steps]]` name): the agent gets that step's instruction and solution. */
+  taskStep?: string;
 }
 
 /**
  * The agent and its run context for the install and execute steps. `${VAR}`s in the agent's env are resolved here,
  * on the worker, from its own environment: the values never leave this process except into the container.
  */
-export async function prepareAgentRun(deps: ActivityDeps, { spec, handle }: AgentStepInput, timeoutSec: number) {
-  const [task, config] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
+export async function prepareAgentRun(
+  deps: ActivityDeps,
+  { spec, handle, taskStep }: AgentStepInput,
+  timeoutSec: number
+) {
+  const [loaded, config] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
+  const task = taskAtStep(loaded, taskStep);
   const env = { ...resolveWorkerEnv(config.env), ...spec.agentEnv, ...trialSecretEnv(spec) };
   const run: AgentRun = {
     environment: deps.environment(spec.environmentType),

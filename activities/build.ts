@@ -4,6 +4,7 @@ import { TaskEnvironmentError } from '../src/environments/environment';
 import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
 import { separateVerifierEnvironment } from '../src/task/schema';
+import { taskAtStep } from '../src/task/steps';
 import type { TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
@@ -42,10 +43,13 @@ export function buildEnvironment(deps: ActivityDeps) {
         })
       );
       await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);
-      if (separateVerifierEnvironment(task.config) && spec.environmentType === 'docker') {
+      // A multi-step task's steps may each have their own.
+      const views = task.steps.length ? task.steps.map((step) => taskAtStep(task, step.name)) : [task];
+      for (const view of views) {
+        if (!separateVerifierEnvironment(view.config) || spec.environmentType !== 'docker') continue;
         // Built now rather than in the verify step, whose time limit is the tests'.
         const verifier = await heartbeating(async (signal) =>
-          deps.environment(spec.environmentType).build(await verifierBuild(spec, task, signal))
+          deps.environment(spec.environmentType).build(await verifierBuild(spec, view, signal))
         );
         await log(spec, 'build', `separate verifier image ${verifier.image}`);
       }

@@ -11,10 +11,13 @@ import { scrubSecrets } from '../src/results/scrub';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, trialSecretEnv } from './context';
+import { archiveTaskStepLogs } from './task-step';
 
 export interface CollectInput {
   spec: TrialSpec;
   handle: EnvironmentHandle;
+  /** A multi-step task's last step that ran: its logs go to `<trial>/steps/<name>/`, as every earlier step's did. */
+  taskStep?: string;
 }
 
 /**
@@ -28,7 +31,7 @@ export const LOG_FOLDERS = ['agent', 'verifier'] as const;
  * collect limits, then any resolved secret value scrubbed from what was copied. Returns what was cut.
  */
 export function collectLogs(deps: ActivityDeps) {
-  return async function collectLogs({ spec, handle }: CollectInput): Promise<CollectReport> {
+  return async function collectLogs({ spec, handle, taskStep }: CollectInput): Promise<CollectReport> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     const budget = new CollectBudget(spec.collectLimits);
     const trialEnvironment = deps.environment(spec.environmentType);
@@ -39,6 +42,7 @@ export function collectLogs(deps: ActivityDeps) {
     // (A retried collect finds them already set aside.)
     if (!existsSync(gatewayCalls)) await rename(calls, gatewayCalls).catch(ignoreMissing);
     await heartbeating(async () => {
+      if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
       for (const folder of LOG_FOLDERS) {
         await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
       }

@@ -10,6 +10,7 @@ import type { ActivityDeps } from './context';
 import { heartbeating, inPhaseNetwork, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';
 import { prepareAgentRun } from './agent-run';
+import { startTaskStep, taskStepSpec } from './task-step';
 
 /**
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
@@ -19,10 +20,14 @@ import { prepareAgentRun } from './agent-run';
  */
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
-    const { spec } = input;
-    const { agent, run, config, task } = await prepareAgentRun(deps, input, spec.timeouts.execute);
+    const { spec, taskStep } = input;
+    const timeoutSec = taskStep ? taskStepSpec(spec, taskStep).timeouts.execute : spec.timeouts.execute;
+    const { agent, run, config, task } = await prepareAgentRun(deps, input, timeoutSec);
     let session: TrialSession | null = null;
     try {
+      if (taskStep) {
+        await heartbeating((signal) => startTaskStep(run.environment, run.handle, spec, task, taskStep, signal));
+      }
       if (usesGateway(config)) {
         session = await deps.gateway.openTrial({
           trialId: spec.trialId,
@@ -33,7 +38,7 @@ export function executeAgent(deps: ActivityDeps) {
         run.gateway = await session.access(environment.gatewayHost ? await environment.gatewayHost() : undefined);
         run.env = gatewayEnv(run.env, run.gateway);
       }
-      await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${spec.timeouts.execute} s)`);
+      await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${timeoutSec} s)`);
       const result = await heartbeating(async () => {
         const executed = await inPhaseNetwork(run.environment, run.handle, task.config, 'agent', () =>
           agent.execute(run)

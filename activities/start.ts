@@ -13,6 +13,7 @@ import {
   unsupportedNeed,
   UnsupportedNetworkError,
 } from '../src/task/policy';
+import { stepTaskConfig } from '../src/task/steps';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
@@ -46,6 +47,8 @@ export function startEnvironment(deps: ActivityDeps) {
       const unsupported = unsupportedNeed(task.config);
       if (unsupported) throw taskFailure('EnvironmentStartError', unsupported);
       const networks = phaseNetworks(task.config);
+      // A multi-step task's steps may set their own phases' networks: an allowlist there is refused now, not later.
+      for (const step of task.config.steps ?? []) phaseNetworks(stepTaskConfig(task.config, step));
       const started = await heartbeating(async (signal) => {
         const key = installSnapshotKey(deps, task, agent, spec.environmentType);
         const caBundle = containerCaBundle(deps, spec.environmentType);
@@ -100,7 +103,9 @@ export function startEnvironment(deps: ActivityDeps) {
 /** What the trial may still spend in its environment after start: install, agent, verifier and collection. */
 function trialBudgetSec(spec: TrialSpec): number {
   const { install, execute, verify, collect, stop } = spec.timeouts;
-  return install + execute + verify + collect + stop;
+  // A multi-step task's steps each have their own limits.
+  const steps = spec.multiStep?.steps.reduce((sum, step) => sum + step.timeouts.prepare + step.timeouts.verify, 0);
+  return install + (steps ?? execute + verify) + collect + stop;
 }
 
 function findSnapshot(

@@ -11,6 +11,7 @@ import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { separateVerifierNetwork, UnsupportedNetworkError } from '../src/task/policy';
 import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
+import { taskAtStep } from '../src/task/steps';
 import type { CollectedArtifact } from '../src/trial/artifacts';
 import { collectArtifacts, placeArtifacts, runCollectHooks } from '../src/trial/artifacts';
 
@@ -82,12 +83,15 @@ async function downloadRewardFiles(
     await rm(dir, { recursive: true, force: true });
   }
 }
+import { taskStepSpec } from './task-step';
 import type { ActivityDeps } from './context';
 import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
 
 export interface VerifyInput {
   spec: TrialSpec;
   handle: EnvironmentHandle;
+  /** A multi-step task's step (task.toml `[[steps]]` name): its tests, verifier keys and artifacts. */
+  taskStep?: string;
 }
 
 /**
@@ -98,28 +102,32 @@ export interface VerifyInput {
  * only those artifacts; its /logs/verifier then replaces the agent environment's, where collect finds it.
  */
 export function runVerifier(deps: ActivityDeps) {
-  return async function runVerifier({ spec, handle }: VerifyInput): Promise<Rewards> {
+  return async function runVerifier({ spec, handle, taskStep }: VerifyInput): Promise<Rewards> {
     const environment = deps.environment(spec.environmentType);
-    const task = await loadTrialTask(spec);
+    const task = taskAtStep(await loadTrialTask(spec), taskStep);
     const separate = separateVerifierEnvironment(task.config);
+    const timeoutSec = taskStep ? taskStepSpec(spec, taskStep).timeouts.verify : spec.timeouts.verify;
     return heartbeating(async (signal) => {
       const collect = async () => {
         const report = (message: string) => log(spec, 'verify', message);
         await runCollectHooks(environment, handle, task.config.verifier.collect, signal, report);
-        const artifactsDir = path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'artifacts');
+        // A multi-step task's are collected after each step, into steps/<name>/artifacts (Harbor's layout).
+        const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+        const artifactsDir = path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts');
         const budget = new CollectBudget(spec.collectLimits);
         return collectArtifacts(environment, handle, task.config.artifacts, artifactsDir, budget);
       };
       if (!separate) {
         await resetVerifierLogs(environment, handle, signal, true);
-        await environment.upload(handle, path.join(task.dir, 'tests'), '/tests');
-        const rewards = await test(environment, handle, spec, task, signal, 'shared');
+        // A step's own tests/ over the task's shared one.
+        for (const dir of task.testsDirs) await environment.upload(handle, dir, '/tests');
+        const rewards = await test(environment, handle, spec, task, timeoutSec, signal, 'shared');
         // Harbor collects them after verification in shared mode.
         if (task.config.artifacts.length || task.config.verifier.collect.length) await collect();
         return rewards;
       }
       const collected = await collect();
-      return verifySeparately(deps, environment, { spec, handle }, task, collected, signal);
+      return verifySeparately(deps, environment, { spec, handle }, task, collected, timeoutSec, signal);
     });
   };
 }
@@ -130,6 +138,7 @@ async function verifySeparately(
   { spec, handle }: VerifyInput,
   task: Task,
   collected: CollectedArtifact[],
+  timeoutSec: number,
   signal: AbortSignal
 ): Promise<Rewards> {
   const config = separateVerifierEnvironment(task.config)!;
@@ -167,7 +176,7 @@ async function verifySeparately(
       `separate verifier environment ${verifier.id.slice(0, 12)} with ${collected.length} artifact(s)`
     );
     await placeArtifacts(environment, verifier, collected);
-    const rewards = await test(environment, verifier, spec, task, signal, 'separate');
+    const rewards = await test(environment, verifier, spec, task, timeoutSec, signal, 'separate');
     await copyVerifierLogs(environment, verifier, handle, signal);
     return rewards;
   } finally {
@@ -175,10 +184,13 @@ async function verifySeparately(
   }
 }
 
-/** The build of a separate verifier's image (from tests/), as a part of the trial's main image. */
+/**
+ * The build of a separate verifier's image (from tests/; a step's own tests/ when it has one, as Harbor builds it), as
+ * a part of the trial's main image.
+ */
 export async function verifierBuild(spec: TrialSpec, task: Task, signal?: AbortSignal): Promise<BuildRequest> {
   const config = separateVerifierEnvironment(task.config)!;
-  const contextDir = path.join(task.dir, 'tests');
+  const contextDir = task.testsDirs.at(-1) ?? path.join(task.dir, 'tests');
   return {
     contextDir,
     envKey: await environmentKey(contextDir, config.docker_image),
@@ -216,6 +228,7 @@ async function test(
   handle: EnvironmentHandle,
   spec: TrialSpec,
   task: Task,
+  timeoutSec: number,
   signal: AbortSignal,
   where: 'shared' | 'separate'
 ): Promise<Rewards> {
@@ -228,12 +241,12 @@ async function test(
       command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1; ${printRewardFiles(marker)}`,
       env: resolveWorkerEnv(task.config.verifier.env),
       user: task.config.verifier.user,
-      timeoutMs: spec.timeouts.verify * 1000,
+      timeoutMs: timeoutSec * 1000,
       signal,
     })
   );
   await log(spec, 'verify', run.timedOut ? 'tests/test.sh timed out' : `tests/test.sh exit ${run.exitCode}`);
-  if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${spec.timeouts.verify} s`);
+  if (run.timedOut) throw taskFailure('VerifierTimeoutError', `tests/test.sh exceeded ${timeoutSec} s`);
 
   const printed = printedRewardFiles(run.stdout, marker);
   const reward = readReward(printed ?? (await downloadRewardFiles(environment, handle)));

@@ -201,9 +201,10 @@ allow_internet = true
     assert.equal(load.task.resources.memoryBytes, 512 * 2 ** 20);
   });
 
-  it('rejects multi-step tasks clearly', async () => {
+  it("names a multi-step task's missing step folder", async () => {
     const load = await loadTask(await taskDir('version = "1.0"\n[[steps]]\nname = "one"\n'));
-    assert.match(load.problems[0]?.message ?? '', /multi-step tasks/);
+    assert.match(load.problems[0]?.file ?? '', /steps\/one$/);
+    assert.equal(load.problems[0]?.message, 'missing (task.toml declares the step "one")');
   });
 });
 

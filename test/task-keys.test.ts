@@ -26,6 +26,9 @@ function schemaKeys(schema: z.ZodType, prefix: string): string[] {
     const inner = def.innerType ?? def.in;
     return inner ? schemaKeys(inner, prefix) : [prefix];
   }
+  // An array of tables (`[[steps]]`): its entries' keys.
+  const element = (def as { element?: z.ZodType }).element;
+  if (def.type === 'array' && element) return schemaKeys(element, prefix);
   const catchall = (def as { catchall?: { def: { type: string } } }).catchall;
   if (def.type === 'object' && def.shape && !(catchall && catchall.def.type !== 'never')) {
     return Object.entries(def.shape as Record<string, z.ZodType>).flatMap(([key, value]) =>
@@ -50,11 +53,7 @@ describe('task.toml keys', () => {
       environment: { skills_dir: '/skills', mcp_servers: [], gpu_types: ['H100'] },
       multi_step_reward_strategy: 'mean',
     });
-    assert.deepEqual(unenforcedTaskKeys(config).sort(), [
-      'environment.gpu_types',
-      'environment.skills_dir',
-      'multi_step_reward_strategy',
-    ]);
+    assert.deepEqual(unenforcedTaskKeys(config).sort(), ['environment.gpu_types', 'environment.skills_dir']);
     assert.deepEqual(unenforcedTaskKeys(parse({})), []);
   });
 

@@ -22,6 +22,7 @@ import type { ProviderActivities, JobActivities } from '../activities';
 import type { WrittenTrialResult } from '../activities/results';
 import { primaryReward } from '../src/results/job-stats';
 import { retryWaitMs } from '../src/trial/retry';
+import { minRewardShortfall, multiStepRewards } from '../src/trial/step-rewards';
 import type { TrialResult } from '../src/results/trial-result';
 import { summaryFromResult } from '../src/results/trial-result';
 import { JOB_TASK_QUEUE, providerQueue } from '../src/temporal/queues';
@@ -33,9 +34,12 @@ import type {
   CleanupError,
   EnvironmentHandle,
   ExecuteOutcome,
+  MultiStepSpec,
   Rewards,
   StepName,
   StepTiming,
+  TaskStepResult,
+  TaskStepSpec,
   TrialError,
   TrialSpec,
   TrialSummary,
@@ -117,6 +121,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     collected: outcome.collected,
     cleanup_errors: cleanupErrors,
     retries,
+    ...(outcome.stepResults ? { step_results: outcome.stepResults } : {}),
   };
   const summary = summaryFromResult(spec, result, builtImages);
   state.status = trialStatus(summary);
@@ -153,6 +158,9 @@ interface Outcome {
   collected: CollectReport | null;
   /** Set when this run hit an infrastructure failure and the trial should start over. */
   restart: TrialError | null;
+  /** A multi-step task's steps that ran, and the last of them (whose logs collect files under its name). */
+  stepResults?: TaskStepResult[];
+  taskStep?: string;
 }
 
 function emptyOutcome(): Outcome {
@@ -215,27 +223,31 @@ async function runOnce(
       spec.agentWithoutInstall ??
       (await step('install', () => host.installAgent({ spec, handle: environment }))) ??
       null;
-    const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
-    outcome.agentExitCode = execution.exitCode;
-    if (execution.timedOut) {
-      // The agent's processes are already dead; the verifier still grades what it left.
-      outcome.error = {
-        type: 'AgentTimeoutError',
-        message: `agent exceeded ${spec.timeouts.execute} s`,
-        step: 'execute',
-      };
-    }
-    if (spec.verify) {
-      try {
-        outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
-      } catch (err) {
-        const error = classify(err, 'verify');
-        if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
-        outcome.error ??= error;
+    if (spec.multiStep) {
+      await runTaskSteps(spec, spec.multiStep, host, step, environment, outcome, steps);
+    } else {
+      const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
+      outcome.agentExitCode = execution.exitCode;
+      if (execution.timedOut) {
+        // The agent's processes are already dead; the verifier still grades what it left.
+        outcome.error = {
+          type: 'AgentTimeoutError',
+          message: `agent exceeded ${spec.timeouts.execute} s`,
+          step: 'execute',
+        };
+      }
+      if (spec.verify) {
+        try {
+          outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
+        } catch (err) {
+          const error = classify(err, 'verify');
+          if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
+          outcome.error ??= error;
+        }
       }
     }
     // The agent ran and was graded: logs that cannot be collected are reported, never a reason to run it again.
-    await step('collect', () => host.collectLogs({ spec, handle: environment })).then(
+    await step('collect', () => host.collectLogs({ spec, handle: environment, taskStep: outcome.taskStep })).then(
       (report) => (outcome.collected = report),
       (err: unknown) => {
         if (isCancellation(err)) throw err;
@@ -251,6 +263,7 @@ async function runOnce(
   } finally {
     await CancellationScope.nonCancellable(() =>
       releaseEnvironment(spec, host, handle, collected, steps, state, {
+        taskStep: outcome.taskStep,
         onCollected: (report) => (outcome.collected = report),
         cleanupErrors,
       })
@@ -271,7 +284,11 @@ async function releaseEnvironment(
   collected: boolean,
   steps: Partial<Record<StepName, StepTiming>>,
   state: TrialState,
-  { onCollected, cleanupErrors }: { onCollected: (report: CollectReport) => void; cleanupErrors: CleanupError[] }
+  {
+    taskStep,
+    onCollected,
+    cleanupErrors,
+  }: { taskStep?: string; onCollected: (report: CollectReport) => void; cleanupErrors: CleanupError[] }
 ): Promise<void> {
   const attempt = async (name: StepName, run: () => Promise<void>) => {
     state.step = name;
@@ -285,7 +302,7 @@ async function releaseEnvironment(
     timing.finished_at = new Date().toISOString();
   };
   if (handle && !collected) {
-    await attempt('collect', async () => onCollected(await host.collectLogs({ spec, handle })));
+    await attempt('collect', async () => onCollected(await host.collectLogs({ spec, handle, taskStep })));
   }
   if (handle) await attempt('stop', () => host.stopEnvironment({ spec, handle }));
   await attempt('cleanup', () => host.cleanupEnvironment({ spec }));
@@ -318,7 +335,85 @@ function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean) 
     collectLogs: proxy(timeouts.collect, retried).collectLogs,
     stopEnvironment: proxy(timeouts.stop, retried).stopEnvironment,
     cleanupEnvironment: proxy(timeouts.cleanup, retried).cleanupEnvironment,
+    /** A multi-step task's step, under its own limits. */
+    forTaskStep: ({ prepare, execute, verify }: TaskStepSpec['timeouts']) => ({
+      executeAgent: proxy(prepare + execute, once).executeAgent,
+      runVerifier: proxy(verify, retried).runVerifier,
+    }),
   };
+}
+
+/**
+ * A multi-step task (task.toml `[[steps]]`), as Harbor runs it: execute then verify for each step, in order, in the
+ * one environment. A step that failed without rewards, or whose rewards fall short of its `min_reward`, is the last;
+ * the trial's rewards come from the steps' by the task's strategy, and its error is the first step error.
+ */
+async function runTaskSteps(
+  spec: TrialSpec,
+  multiStep: MultiStepSpec,
+  host: ReturnType<typeof hostActivities>,
+  step: <T>(name: StepName, run: () => Promise<T>) => Promise<T>,
+  handle: EnvironmentHandle,
+  outcome: Outcome,
+  steps: Partial<Record<StepName, StepTiming>>
+): Promise<void> {
+  const results: TaskStepResult[] = (outcome.stepResults = []);
+  for (const taskStep of multiStep.steps) {
+    const result: TaskStepResult = {
+      name: taskStep.name,
+      rewards: null,
+      error: null,
+      agent_exit_code: null,
+      execute: null,
+      verify: null,
+    };
+    results.push(result);
+    outcome.taskStep = taskStep.name;
+    const activities = host.forTaskStep(taskStep.timeouts);
+    const input = { spec, handle, taskStep: taskStep.name };
+    // A task error ends the step (an infrastructure one the whole run, which starts over).
+    const recordError = (err: unknown, name: StepName) => {
+      const error = classify(err, name);
+      if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
+      result.error ??= error;
+    };
+    try {
+      const execution = await step('execute', () => activities.executeAgent(input)).finally(
+        () => (result.execute = steps.execute ?? null)
+      );
+      result.agent_exit_code = outcome.agentExitCode = execution.exitCode;
+      if (execution.timedOut) {
+        const limit = taskStep.timeouts.execute;
+        result.error = { type: 'AgentTimeoutError', message: `agent exceeded ${limit} s`, step: 'execute' };
+      }
+      if (spec.verify) {
+        try {
+          result.rewards = await step('verify', () => activities.runVerifier(input));
+        } catch (err) {
+          recordError(err, 'verify');
+        } finally {
+          result.verify = steps.verify ?? null;
+        }
+      }
+    } catch (err) {
+      recordError(err, 'execute');
+    }
+    if (result.error) outcome.error ??= { ...result.error, message: `step ${taskStep.name}: ${result.error.message}` };
+    if (result.error && !result.rewards) break;
+    const shortfall =
+      spec.verify && taskStep.minReward !== null ? minRewardShortfall(result.rewards, taskStep.minReward) : null;
+    if (shortfall) {
+      result.below_min_reward = shortfall;
+      break;
+    }
+  }
+  outcome.rewards = multiStepRewards(
+    multiStep.strategy,
+    results.map((result) => result.rewards)
+  );
+  // The trial's execute step spans every step's.
+  const first = results[0]?.execute;
+  if (first && steps.execute) steps.execute = { ...steps.execute, started_at: first.started_at };
 }
 
 /** Writes result.json on the trial's host (where its logs are); any worker of the provider if that host is gone. */

@@ -77,8 +77,8 @@ export async function uploadAgentScript(run: AgentRun, name: string, script: str
 }
 
 export class SolutionNotFoundError extends Error {
-  constructor(taskDir: string) {
-    super(`${taskDir}/solution/solve.sh: missing, so the oracle agent cannot run this task`);
+  constructor(solutionDir: string) {
+    super(`${solutionDir}/solve.sh: missing, so the oracle agent cannot run this task`);
     this.name = 'SolutionNotFoundError';
   }
 }

@@ -1,5 +1,3 @@
-import path from 'node:path';
-
 import type { Agent } from './agent';
 import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
 import { resolveEnv } from '../env-vars';
@@ -14,8 +12,8 @@ export const oracleAgent: Agent = {
     return Promise.resolve(null);
   },
   async execute({ environment, handle, task, env, timeoutMs, signal, user }) {
-    if (!task.hasSolution) throw new SolutionNotFoundError(task.dir);
-    await environment.upload(handle, path.join(task.dir, 'solution'), ['/oracle', '/solution']);
+    if (!task.hasSolution) throw new SolutionNotFoundError(task.solutionDir);
+    await environment.upload(handle, task.solutionDir, ['/oracle', '/solution']);
     return environment.exec(handle, {
       command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
       env: { ...resolveEnv(task.config.solution.env, process.env), ...env },

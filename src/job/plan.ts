@@ -8,7 +8,8 @@ import { environmentRequirement } from '../environments';
 import { healthcheckBudgetSec } from '../environments/healthcheck';
 import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
-import type { StepTimeouts, TrialSpec } from '../trial/types';
+import { stepTaskConfig } from '../task/steps';
+import type { MultiStepSpec, StepTimeouts, TrialSpec } from '../trial/types';
 import { jobFiles, readJson } from '../results/files';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
@@ -103,6 +104,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             ...kubernetesSpec(job),
+            ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.retry
               ? {
                   retry: {
@@ -164,6 +166,26 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
     collect: scale(HOUSEKEEPING_SEC),
     stop: scale(HOUSEKEEPING_SEC),
     cleanup: scale(HOUSEKEEPING_SEC),
+  };
+}
+
+/** A multi-step task's steps, each with its own agent and verifier limits (the task's when unset), scaled alike. */
+function multiStepSpec(job: ResolvedJob, task: Task, agent: AgentConfig): MultiStepSpec {
+  return {
+    strategy: task.config.multi_step_reward_strategy ?? 'mean',
+    steps: (task.config.steps ?? []).map((step) => {
+      const timeouts = stepTimeouts(job, { ...task, config: stepTaskConfig(task.config, step) }, agent);
+      return {
+        name: step.name,
+        minReward: step.min_reward ?? null,
+        // Before its agent, a step's workdir/setup.sh (bounded like the agent) and healthcheck run in the same step.
+        timeouts: {
+          prepare: timeouts.execute + job.timeout_multiplier * healthcheckBudgetSec(step.healthcheck),
+          execute: timeouts.execute,
+          verify: timeouts.verify,
+        },
+      };
+    }),
   };
 }
 

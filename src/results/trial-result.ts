@@ -6,6 +6,7 @@ import type {
   CollectReport,
   StepName,
   StepTiming,
+  TaskStepResult,
   TrialError,
   TrialSpec,
   TrialSummary,
@@ -44,6 +45,8 @@ export interface TrialResult {
   retries?: number;
   /** Model calls, tokens and cost recorded by the gateway; null when the agent did not use it. */
   usage?: TrialUsage | null;
+  /** A multi-step task's steps that ran, in order (absent for a single-step task); `rewards` is derived from them. */
+  step_results?: TaskStepResult[];
 }
 
 export function summaryFromResult(spec: TrialSpec, result: TrialResult, builtImages: BuiltImage[]): TrialSummary {

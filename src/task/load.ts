@@ -7,7 +7,11 @@ import { zodProblems } from '../errors';
 import type { TaskConfig, TaskResources } from './schema';
 import { TaskConfigSchema, taskResources } from './schema';
 
-/** A task folder, read and validated: instruction, config and what it provides. */
+/**
+ * A task folder, read and validated: instruction, config and what it provides. For a multi-step task (`[[steps]]`),
+ * the instruction, solution and tests are those of its first step until `taskAtStep` (src/task/steps.ts) gives the
+ * view of another one.
+ */
 export interface Task {
   name: string;
   dir: string;
@@ -15,6 +19,22 @@ export interface Task {
   instruction: string;
   resources: TaskResources;
   hasSolution: boolean;
+  /** The folder the oracle runs solve.sh from. */
+  solutionDir: string;
+  /** Folders copied to /tests in this order (a step's own tests/ over the task's shared one). */
+  testsDirs: string[];
+  /** The `[[steps]]` in order; empty for a single-step task. */
+  steps: TaskStep[];
+}
+
+/** One step of a multi-step task, read from steps/<name>/. */
+export interface TaskStep {
+  name: string;
+  dir: string;
+  instruction: string;
+  hasSolution: boolean;
+  /** The task's shared tests/ (when it exists), then the step's own (when it exists): copied to /tests in order. */
+  testsDirs: string[];
 }
 
 export type TaskLoad = { task: Task; problems: [] } | { task?: undefined; problems: Problem[] };
@@ -43,16 +63,22 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
     }
   }
 
-  const instruction = await readText(path.join(absolute, 'instruction.md'), problems);
-  if (!(await isFile(path.join(absolute, 'tests', 'test.sh')))) {
+  const sharedTests = path.join(absolute, 'tests');
+  const steps = config?.steps ? await loadSteps(absolute, config.steps, problems) : [];
+  const instruction = config?.steps
+    ? steps[0]?.instruction
+    : await readText(path.join(absolute, 'instruction.md'), problems);
+  if (!config?.steps && !(await isFile(path.join(sharedTests, 'test.sh')))) {
     problems.push({
-      file: path.join(absolute, 'tests', 'test.sh'),
+      file: path.join(sharedTests, 'test.sh'),
       message: 'missing (every task needs tests/test.sh)',
     });
   }
   if (config && requirement) problems.push(...(await requirement({ dir: absolute, config })));
   if (problems.length > 0 || !config || instruction === undefined) return { problems };
 
+  const first = steps[0];
+  const solutionDir = first ? path.join(first.dir, 'solution') : path.join(absolute, 'solution');
   return {
     task: {
       name: path.basename(absolute),
@@ -60,10 +86,51 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
       config,
       instruction,
       resources: taskResources(config.environment),
-      hasSolution: await isFile(path.join(absolute, 'solution', 'solve.sh')),
+      hasSolution: await isFile(path.join(solutionDir, 'solve.sh')),
+      solutionDir,
+      testsDirs: first ? first.testsDirs : [sharedTests],
+      steps,
     },
     problems: [],
   };
+}
+
+/**
+ * The steps' folders, as Harbor lays them out: steps/<name>/instruction.md, and a test.sh in the step's tests/ or in
+ * the task's shared tests/ (whose files every step gets, under its own).
+ */
+async function loadSteps(taskDir: string, configs: { name: string }[], problems: Problem[]): Promise<TaskStep[]> {
+  const sharedTests = path.join(taskDir, 'tests');
+  const sharedTest = await isFile(path.join(sharedTests, 'test.sh'));
+  const hasSharedTests = await isDirectory(sharedTests);
+  const steps: TaskStep[] = [];
+  for (const { name } of configs) {
+    const dir = path.join(taskDir, 'steps', name);
+    if (!(await isDirectory(dir))) {
+      problems.push({ file: dir, message: `missing (task.toml declares the step "${name}")` });
+      continue;
+    }
+    const instruction = await readText(path.join(dir, 'instruction.md'), problems);
+    const testScript = path.join(dir, 'tests', 'test.sh');
+    if (!sharedTest && !(await isFile(testScript))) {
+      problems.push({
+        file: testScript,
+        message: "missing (every step needs its tests/test.sh or the task's tests/test.sh)",
+      });
+    }
+    if (instruction === undefined) continue;
+    steps.push({
+      name,
+      dir,
+      instruction,
+      hasSolution: await isFile(path.join(dir, 'solution', 'solve.sh')),
+      testsDirs: [
+        ...(hasSharedTests ? [sharedTests] : []),
+        ...((await isDirectory(path.join(dir, 'tests'))) ? [path.join(dir, 'tests')] : []),
+      ],
+    });
+  }
+  return steps;
 }
 
 /**

@@ -54,8 +54,23 @@ export const TASK_KEYS = {
   'environment.network_mode': 'acts',
   'environment.allowed_hosts': 'acts',
   'solution.env': 'acts',
-  steps: 'acts',
-  multi_step_reward_strategy: 'unenforced',
+  'steps.name': 'acts',
+  'steps.agent.timeout_sec': 'acts',
+  'steps.agent.user': 'acts',
+  'steps.agent.network_mode': 'acts',
+  'steps.agent.allowed_hosts': 'acts',
+  'steps.verifier.timeout_sec': 'acts',
+  'steps.verifier.env': 'acts',
+  'steps.verifier.user': 'acts',
+  'steps.verifier.environment_mode': 'acts',
+  'steps.verifier.environment': 'acts',
+  'steps.verifier.collect': 'acts',
+  'steps.verifier.network_mode': 'acts',
+  'steps.verifier.allowed_hosts': 'acts',
+  'steps.min_reward': 'acts',
+  'steps.healthcheck': 'acts',
+  'steps.artifacts': 'acts',
+  multi_step_reward_strategy: 'acts',
   artifacts: 'acts',
 } as const satisfies Record<string, 'acts' | 'describes' | 'unenforced'>;
 
@@ -153,7 +168,8 @@ export function unsupportedNeed(config: TaskConfig): string | null {
 
 /** The users the task's commands run as: the environment checks each exists before anything runs. */
 export function taskUsers(config: TaskConfig): string[] {
-  return [...new Set([config.agent.user, config.verifier.user].filter((u): u is string => u !== undefined))];
+  const steps = (config.steps ?? []).flatMap((step) => [step.agent.user, step.verifier.user]);
+  return [...new Set([config.agent.user, config.verifier.user, ...steps].filter((u): u is string => u !== undefined))];
 }
 
 export class UnsupportedNetworkError extends Error {

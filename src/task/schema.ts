@@ -105,21 +105,46 @@ const CollectHook = z.strictObject({
   user: z.union([z.string(), z.number().int()]).nullable().optional(),
 });
 
+/** [verifier]'s keys but its timeout, which a step's [steps.verifier] has too. */
+const verifierKeys = {
+  env: envTable.default({}),
+  user,
+  /** Harbor: absent means separate when [verifier.environment] is set, else shared. */
+  environment_mode: z.enum(['shared', 'separate']).nullable().optional(),
+  environment: EnvironmentSection.nullable().optional(),
+  collect: z.array(CollectHook).default([]),
+  ...networkKeys,
+};
+
 const VerifierSection = z
-  .strictObject({
-    timeout_sec: timeoutSec.default(600),
-    env: envTable.default({}),
-    user,
-    /** Harbor: absent means separate when [verifier.environment] is set, else shared. */
-    environment_mode: z.enum(['shared', 'separate']).nullable().optional(),
-    environment: EnvironmentSection.nullable().optional(),
-    collect: z.array(CollectHook).default([]),
-    ...networkKeys,
-  })
+  .strictObject({ timeout_sec: timeoutSec.default(600), ...verifierKeys })
   .refine((verifier) => !(verifier.environment_mode === 'shared' && verifier.environment), {
     message: "environment_mode = 'shared' is incompatible with [verifier.environment]",
     path: ['environment_mode'],
   });
+
+/**
+ * One of Harbor's `[[steps]]`: its folder is steps/<name>/ (instruction.md, and optionally solution/, tests/ and
+ * workdir/). Keys it leaves unset fall back to the task's [agent] and [verifier]; none has a default of its own.
+ */
+const StepSection = z.strictObject({
+  name: z
+    .string()
+    .regex(
+      /^[A-Za-z0-9][A-Za-z0-9_.-]*$/,
+      'a step name is the name of its folder under steps/ (letters, digits, _ . -)'
+    ),
+  agent: z.strictObject({ timeout_sec: timeoutSec.optional(), user, ...networkKeys }).prefault({}),
+  verifier: z.strictObject({ timeout_sec: timeoutSec.optional(), ...verifierKeys }).prefault({}),
+  /** A number gates on the `reward` key; a table on each key it names (a missing key counts as -inf). */
+  min_reward: z
+    .union([z.number(), z.record(z.string(), z.number())])
+    .nullable()
+    .optional(),
+  healthcheck: Healthcheck.optional(),
+  artifacts: z.array(Artifact).default([]),
+});
+export type StepConfig = z.infer<typeof StepSection>;
 
 export const TaskConfigSchema = z.strictObject({
   version: z.string().optional(),
@@ -132,8 +157,15 @@ export const TaskConfigSchema = z.strictObject({
   agent: z.strictObject({ timeout_sec: timeoutSec.default(600), user, ...networkKeys }).prefault({}),
   environment: EnvironmentSection.prefault({}),
   solution: z.strictObject({ env: envTable.default({}) }).prefault({}),
-  steps: z.undefined({ message: 'multi-step tasks ([[steps]]) are not supported yet' }).optional(),
-  multi_step_reward_strategy: ignored,
+  steps: z
+    .array(StepSection)
+    .min(1, 'a multi-step task needs at least one [[steps]] entry')
+    .refine((steps) => new Set(steps.map((step) => step.name)).size === steps.length, {
+      message: 'step names must be unique',
+    })
+    .optional(),
+  /** How a multi-step trial's reward is derived from its steps' (Harbor's default: mean). */
+  multi_step_reward_strategy: z.enum(['mean', 'final']).nullable().optional(),
   artifacts: z.array(Artifact).default([]),
 });
 

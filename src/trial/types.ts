@@ -5,6 +5,7 @@
 import { API_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType, KubernetesSettings } from '../job/schema';
 import type { TrialUsage } from '../results/usage';
+import type { MinReward, MultiStepRewardStrategy } from './step-rewards';
 
 export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
 export type StepName = (typeof STEPS)[number];
@@ -72,6 +73,34 @@ export interface TrialSpec {
   agentWithoutInstall?: AgentInfo;
   /** job.yaml's kubernetes keys, for `environment: {type: kubernetes}`. */
   kubernetes?: KubernetesSettings;
+  /** A multi-step task's steps (task.toml `[[steps]]`), run in order in one environment; absent for a single step. */
+  multiStep?: MultiStepSpec;
+}
+
+export interface MultiStepSpec {
+  strategy: MultiStepRewardStrategy;
+  steps: TaskStepSpec[];
+}
+
+/** One `[[steps]]` entry as the Trial workflow runs it: its limits (seconds) are already scaled. */
+export interface TaskStepSpec {
+  name: string;
+  minReward: MinReward | null;
+  /** `prepare`: its workdir/setup.sh and healthcheck, which run in its execute step before the agent. */
+  timeouts: { prepare: number; execute: number; verify: number };
+}
+
+/** One step of a multi-step trial, in result.json's `step_results` (Harbor's name). */
+export interface TaskStepResult {
+  name: string;
+  rewards: Rewards | null;
+  /** What ended the step early (setup.sh failed, agent timed out, no reward file, …). */
+  error: TrialError | null;
+  agent_exit_code: number | null;
+  execute: StepTiming | null;
+  verify: StepTiming | null;
+  /** Set when the step's rewards fell short of its `min_reward`, so the steps after it did not run. */
+  below_min_reward?: string;
 }
 
 export interface RetryPolicy {
@@ -97,6 +126,8 @@ export const TASK_ERROR_TYPES = [
   'VerifierTimeoutError',
   'RewardFileNotFoundError',
   'RewardFileParseError',
+  // A multi-step task's steps/<name>/workdir/setup.sh exited non-zero.
+  'StepSetupError',
   // Model API failures seen at the gateway, when the agent then failed.
   ...API_ERROR_TYPES,
 ] as const;
