@@ -357,6 +357,11 @@ describe('DockerEnvironment', () => {
     assert.deepEqual(processes.length, 2, processes.join('; '));
     assert.match(processes[1] ?? '', / \(sh\)$/);
     await environment.stop(shOnly);
+    // Stopping kills and removes the container in one call: cleanup (which always follows) finds nothing left.
+    await assert.rejects(docker.getContainer(shOnly.id).inspect(), (err: { statusCode?: number }) => {
+      assert.equal(err.statusCode, 404);
+      return true;
+    });
     await environment.stop(shOnly);
     await environment.remove(shOnly);
     await environment.remove(shOnly);

@@ -152,8 +152,8 @@ const DRAIN_POLL_MS = 1_000;
 const JANITOR_INTERVAL_MS = 60_000;
 
 /**
- * Starts this process's workers: leases its own host queue, removes environments this host holds for trials that no
- * longer run (a crash left them), then serves the queues until stopped, cleaning up again now and then.
+ * Starts this process's workers: leases its own host queue, then serves the queues until stopped, meanwhile removing
+ * environments this host holds for trials that no longer run (a crash left them), at once and now and then.
  */
 export async function startWorkers(
   options: Omit<WorkerSetOptions, 'connection' | 'workerId'> & { client: Client }
@@ -167,7 +167,6 @@ export async function startWorkers(
       await removeAbandonedEnvironments(options.client, createEnvironment(type, owner), { type, checkRunningTrials });
     }
   };
-  await clean(false);
   const lease = await leaseWorkerId(owner.hostId, owner.deployment);
   const connection = await NativeConnection.connect({ address: options.address });
   const slots = new CountingTrialSlots(options.maxTrials);
@@ -178,9 +177,11 @@ export async function startWorkers(
     connection,
     slots,
   });
-  const janitor = setInterval(() => {
-    clean(true).catch((err: unknown) => console.error(`warning: janitor: ${(err as Error).message}`));
-  }, JANITOR_INTERVAL_MS);
+  const cleanUp = (checkRunningTrials: boolean) =>
+    clean(checkRunningTrials).catch((err: unknown) => console.error(`warning: janitor: ${(err as Error).message}`));
+  // Off the path to the first trial: what it removes belongs to trials no longer running, which nothing waits for.
+  void cleanUp(false);
+  const janitor = setInterval(() => void cleanUp(true), JANITOR_INTERVAL_MS);
   const done = runWorkers(workers).finally(async () => {
     clearInterval(janitor);
     await connection.close();

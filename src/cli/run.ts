@@ -67,6 +67,11 @@ export async function resumeJob(nameOrDir: string, jobsDir: string, options: Run
 }
 
 export async function runJob(job: ResolvedJob, file: string, options: RunOptions): Promise<number> {
+  // The Docker preflight answers while the tasks are read; its failure counts only once the input is known valid.
+  const preflight = options.worker
+    ? createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping()
+    : Promise.resolve();
+  preflight.catch(() => undefined);
   const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });
   installQuietRuntime(job.log_level);
   for (const warning of plan.warnings) log.warn(warning);
@@ -79,7 +84,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
       }))
     );
   }
-  if (options.worker) await createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping();
+  await preflight;
   await saveJobFolder(plan);
   const services = await startServices(job.services, path.join(plan.jobDir, 'services'));
   try {
@@ -92,16 +97,18 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
 async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: RunOptions): Promise<number> {
   const endpoint = await resolveTemporal({ startDevServer: true });
   const { connection, client } = await connectClient(endpoint);
-  await ensureSearchAttributes(connection, endpoint.namespace);
 
-  // The worker starts while the job is submitted: its first workflow task should find a worker polling.
+  // The worker starts (its slowest part: a second or more under load) while the job is submitted: its first
+  // workflow task should find a worker polling.
   const workerStart = options.worker
     ? startJobWorkers(endpoint, client, job, options.hostId, options.maxTrials)
     : undefined;
-  const handle = await startJobWorkflow(client, plan, jobInput(job, plan, options)).catch(async (err: unknown) => {
-    await (await workerStart?.catch(() => undefined))?.stop();
-    throw err;
-  });
+  const handle = await ensureSearchAttributes(connection, endpoint.namespace)
+    .then(() => startJobWorkflow(client, plan, jobInput(job, plan, options)))
+    .catch(async (err: unknown) => {
+      await (await workerStart?.catch(() => undefined))?.stop();
+      throw err;
+    });
   log.info(`job ${job.name}: ${plan.trials.length} trials → ${plan.jobDir}`);
   const uiUrl = workflowUiUrl(endpoint, plan.jobWorkflowId);
   if (uiUrl) log.info(`Temporal UI: ${uiUrl}`);

@@ -87,6 +87,8 @@ export class DockerEnvironment implements Environment {
   private readonly shells = new Map<string, string>();
   private hostCpus: number | undefined;
   private storageOptUnsupported = false;
+  /** Trials this process started on a single container (no compose project): cleanup need not look for networks. */
+  private readonly loneContainerTrials = new Set<string>();
 
   constructor(options: EnvironmentOwner & { docker?: Docker }) {
     this.docker = options.docker ?? new Docker();
@@ -385,6 +387,7 @@ export class DockerEnvironment implements Environment {
       },
     };
     const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
+    if (!request.role) this.loneContainerTrials.add(request.trialId);
     await startContainer(container);
     const handle = { id: container.id, workdir };
     await this.putFiles(handle, request);
@@ -647,13 +650,13 @@ export class DockerEnvironment implements Environment {
     await extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
   }
 
+  /**
+   * Kills and removes the container in one call (cleanup follows every stop, so nothing is kept by stopping alone).
+   * PID 1 (`sleep`, no handler) ignores SIGTERM, so any grace period would only be waited out: killed at once. A
+   * compose project's other services, network and volumes go at cleanup.
+   */
   async stop(handle: EnvironmentHandle): Promise<void> {
-    try {
-      // PID 1 (`sleep`, no handler) ignores SIGTERM, so any grace period would only be waited out: kill at once.
-      await this.docker.getContainer(handle.id).stop({ t: 0 });
-    } catch (err) {
-      if (![304, 404].includes(statusCode(err) ?? 0)) throw err; // already stopped, or gone
-    }
+    await this.removeContainer(handle.id);
   }
 
   async remove(handle: EnvironmentHandle): Promise<void> {
@@ -699,18 +702,19 @@ export class DockerEnvironment implements Environment {
   }
 
   async removeTrial(trialId: string): Promise<number> {
-    const containers = await this.docker.listContainers({
-      all: true,
-      filters: this.ownedBy(`${LABEL_TRIAL}=${trialId}`),
-    });
-    for (const container of containers) await this.removeContainer(container.Id);
-    // A compose project's network and volumes, once no container uses them.
     const owned = { filters: this.ownedBy(`${LABEL_TRIAL}=${trialId}`) };
-    for (const network of await this.docker.listNetworks(owned)) {
-      await ignoreMissing(this.docker.getNetwork(network.Id).remove());
-    }
-    const { Volumes: volumes } = await this.docker.listVolumes(owned);
-    for (const volume of volumes ?? []) await ignoreMissing(this.docker.getVolume(volume.Name).remove());
+    // Only a compose project has networks and volumes of its own: a trial this process started on a lone container
+    // needs no look for them.
+    const lone = this.loneContainerTrials.delete(trialId);
+    const [containers, networks, volumes] = await Promise.all([
+      this.docker.listContainers({ all: true, ...owned }),
+      lone ? [] : this.docker.listNetworks(owned),
+      lone ? [] : this.docker.listVolumes(owned).then(({ Volumes }) => Volumes ?? []),
+    ]);
+    await Promise.all(containers.map((container) => this.removeContainer(container.Id)));
+    // A compose project's network and volumes, once no container uses them.
+    for (const network of networks) await ignoreMissing(this.docker.getNetwork(network.Id).remove());
+    for (const volume of volumes) await ignoreMissing(this.docker.getVolume(volume.Name).remove());
     return containers.length;
   }
 

@@ -5,6 +5,10 @@
  * run it, cp the tests in, run them, cp the logs out, rm). Rounds interleave Rollout and the floor, so both see the
  * same load; figures are per round and their min/median, with the load average next to them. Nothing is asserted.
  *
+ * Both sides start from pre-built images: the floor's with `docker build`, Rollout's with `rollout build` (images of
+ * no job, so `delete: true` keeps them and the build step is an inspect). `ROLLOUT_BENCH_BASELINE=<checkout>` also runs
+ * that checkout's CLI in every round (a before/after comparison in one interleaved run).
+ *
  * The CLI talks to the dev server of ROLLOUT_TEMPORAL_PORT / ROLLOUT_STATE_DIR (started by an untimed warm-up job).
  */
 import { execFile, spawn } from 'node:child_process';
@@ -18,46 +22,78 @@ import { REPO_ROOT } from '../support/temporal';
 const run = promisify(execFile);
 const FLOOR_LABEL = 'rollout.bench-floor';
 const FLOOR_REPOSITORY = 'rollout-bench-floor';
+/** The host id `rollout build` records on the images it builds for the bench: how they are found and removed. */
+const BENCH_BUILDER = 'rollout-bench';
 
-interface Shape {
+export interface Shape {
   tasks: number;
   concurrency: number;
 }
 
-const SHAPES: Record<'latency' | 'throughput', Shape> = {
+export const SHAPES: Record<'latency' | 'throughput', Shape> = {
   latency: { tasks: 4, concurrency: 1 },
   throughput: { tasks: 12, concurrency: 4 },
 };
+
+/** The CLI under test: this checkout's. */
+export const ROLLOUT_CLI = path.join(REPO_ROOT, 'bin', 'rollout.js');
+
+/** Another checkout's CLI to run in every round too (ROLLOUT_BENCH_BASELINE), or undefined. */
+function baselineCli(): string | undefined {
+  const checkout = process.env.ROLLOUT_BENCH_BASELINE;
+  return checkout ? path.join(path.resolve(checkout), 'bin', 'rollout.js') : undefined;
+}
 
 export function dockerBenchmark(kind: 'latency' | 'throughput') {
   return async (args: string[]): Promise<void> => {
     const rounds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 5);
     const shape = SHAPES[kind];
+    const baseline = baselineCli();
     const dir = await mkdtemp(path.join(tmpdir(), `rollout-bench-${kind}-`));
     try {
-      const tasks = await writeTasks(dir, shape.tasks);
-      await buildFloorImages(tasks);
-      console.error(`${kind}: warm-up (untimed): one Rollout job, one floor job`);
-      await rolloutJob(dir, `warm-${kind}`, shape, false);
+      const tasks = await prepareTasks(dir, shape.tasks);
+      console.error(`${kind}: warm-up (untimed): one Rollout job${baseline ? ' per CLI' : ''}, one floor job`);
+      await rolloutJob(dir, `warm-${kind}`, shape);
+      if (baseline) await rolloutJob(dir, `warm-${kind}-baseline`, shape, baseline);
       await floorJob(dir, tasks, shape.concurrency);
       const figures: RoundFigures[] = [];
       for (let round = 1; round <= rounds; round++) {
         const load = loadavg()[0]!;
-        const rollout = await rolloutJob(dir, `${kind}-r${round}`, shape, true);
+        const rollout = await rolloutJob(dir, `${kind}-r${round}`, shape);
+        const before = baseline ? await rolloutJob(dir, `${kind}-r${round}-baseline`, shape, baseline) : undefined;
         const floor = await floorJob(dir, tasks, shape.concurrency);
-        const figure = { round, load, rollout, floor };
+        const figure = { round, load, rollout, floor, baseline: before };
         figures.push(figure);
         console.log(formatRound(figure));
       }
       console.log(summary(kind, shape, figures));
     } finally {
-      await removeFloorImages();
+      await removeBenchImages();
       await rm(dir, { recursive: true, force: true });
     }
   };
 }
 
-interface JobFigures {
+/** The bench's tasks under dir/tasks, their floor images built, Rollout's images pre-built with `rollout build`. */
+export async function prepareTasks(dir: string, count: number): Promise<string[]> {
+  const tasks = await writeTasks(dir, count);
+  await buildFloorImages(tasks);
+  for (const cli of [ROLLOUT_CLI, baselineCli()].filter((c): c is string => !!c)) {
+    await run(process.execPath, [cli, 'build', path.join(dir, 'tasks'), '--host-id', BENCH_BUILDER]);
+  }
+  return tasks;
+}
+
+/** The floor's images, and the images `rollout build` made for the bench (recorded under this host id). */
+export async function removeBenchImages(): Promise<void> {
+  for (const label of [`${FLOOR_LABEL}=1`, `rollout.host=${BENCH_BUILDER}`]) {
+    const { stdout } = await run('docker', ['images', '-q', '--filter', `label=${label}`]);
+    const ids = [...new Set(stdout.split('\n').filter(Boolean))];
+    if (ids.length) await run('docker', ['rmi', '-f', ...ids]).catch(() => undefined);
+  }
+}
+
+export interface JobFigures {
   /** Whole process wall time, s. */
   wall: number;
   /** Per-trial latency (start → end), s, in task order. */
@@ -73,6 +109,8 @@ interface RoundFigures {
   load: number;
   rollout: JobFigures;
   floor: JobFigures;
+  /** The ROLLOUT_BENCH_BASELINE checkout's CLI, when given. */
+  baseline?: JobFigures;
 }
 
 /** perf-task-NN: a distinct image each (FROM debian:bookworm-slim + one RUN), a solution and a shell test. */
@@ -115,12 +153,6 @@ async function buildFloorImages(tasks: string[]): Promise<void> {
   }
 }
 
-async function removeFloorImages(): Promise<void> {
-  const { stdout } = await run('docker', ['images', '-q', '--filter', `label=${FLOOR_LABEL}=1`]);
-  const ids = [...new Set(stdout.split('\n').filter(Boolean))];
-  if (ids.length) await run('docker', ['rmi', '-f', ...ids]).catch(() => undefined);
-}
-
 /** One trial of the floor, as a shell script: every step a docker CLI command, a timestamp after each. */
 const FLOOR_TRIAL = `set -e
 task="$1"; out="$2"; name="rollout-bench-floor-$(basename "$task")-$$"
@@ -138,7 +170,7 @@ docker rm -f "$name" > /dev/null
 date +%s.%N > "$out/end"
 `;
 
-async function floorJob(dir: string, tasks: string[], concurrency: number): Promise<JobFigures> {
+export async function floorJob(dir: string, tasks: string[], concurrency: number): Promise<JobFigures> {
   const script = path.join(dir, 'floor-trial.sh');
   await writeFile(script, FLOOR_TRIAL);
   const out = await mkdtemp(path.join(dir, 'floor-'));
@@ -167,7 +199,7 @@ async function floorJob(dir: string, tasks: string[], concurrency: number): Prom
   return { wall, trials };
 }
 
-async function rolloutJob(dir: string, name: string, shape: Shape, timed: boolean): Promise<JobFigures> {
+export async function rolloutJob(dir: string, name: string, shape: Shape, cli = ROLLOUT_CLI): Promise<JobFigures> {
   const jobsDir = path.join(dir, 'jobs');
   const file = path.join(dir, `${name}.yaml`);
   await writeFile(
@@ -188,7 +220,7 @@ async function rolloutJob(dir: string, name: string, shape: Shape, timed: boolea
   const startedAt = Date.now();
   const started = process.hrtime.bigint();
   await new Promise<void>((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(REPO_ROOT, 'bin', 'rollout.js'), file], {
+    const child = spawn(process.execPath, [cli, file], {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let stderr = '';
@@ -226,7 +258,6 @@ async function rolloutJob(dir: string, name: string, shape: Shape, timed: boolea
       ),
     ])
   );
-  if (!timed) return { wall, trials: [] };
   return {
     wall,
     trials: results.map((r) => seconds(r.started_at, r.finished_at)),
@@ -244,37 +275,51 @@ interface TrialResultFile {
   steps: Record<string, { started_at: string; finished_at: string | null } | undefined>;
 }
 
-function median(values: number[]): number {
+export function median(values: number[]): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const mid = Math.floor(sorted.length / 2);
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-const s = (value: number) => value.toFixed(2);
+export const s = (value: number) => value.toFixed(2);
 
-function formatRound({ round, load, rollout, floor }: RoundFigures): string {
-  const trialRatio = median(rollout.trials) / median(floor.trials);
-  return (
-    `round ${round} (load1 ${load.toFixed(1)}): Rollout wall ${s(rollout.wall)} s, trial median ${s(median(rollout.trials))} s, ` +
-    `first build ${s(rollout.firstBuild ?? NaN)} s after the CLI started | floor wall ${s(floor.wall)} s, trial median ` +
-    `${s(median(floor.trials))} s | ratios: trial ${s(trialRatio)}, wall ${s(rollout.wall / floor.wall)}\n` +
-    `  Rollout steps (median s): ${Object.entries(rollout.steps ?? {})
+function formatRound({ round, load, rollout, floor, baseline }: RoundFigures): string {
+  const job = (name: string, figures: JobFigures) =>
+    `${name} wall ${s(figures.wall)} s, trial median ${s(median(figures.trials))} s, first build ` +
+    `${s(figures.firstBuild ?? NaN)} s after the CLI started, ratios to the floor: trial ` +
+    `${s(median(figures.trials) / median(floor.trials))}, wall ${s(figures.wall / floor.wall)}`;
+  const steps = (name: string, figures: JobFigures) =>
+    `  ${name} steps (median s): ${Object.entries(figures.steps ?? {})
       .map(([step, value]) => `${step} ${value.toFixed(3)}`)
-      .join(', ')}`
-  );
+      .join(', ')}`;
+  return [
+    `round ${round} (load1 ${load.toFixed(1)}): floor wall ${s(floor.wall)} s, trial median ${s(median(floor.trials))} s`,
+    `  ${job('Rollout', rollout)}`,
+    ...(baseline ? [`  ${job('baseline', baseline)}`] : []),
+    steps('Rollout', rollout),
+    ...(baseline ? [steps('baseline', baseline)] : []),
+  ].join('\n');
+}
+
+export function stat(values: number[]): string {
+  return `${s(Math.min(...values))} / ${s(median(values))}`;
 }
 
 function summary(kind: string, shape: Shape, figures: RoundFigures[]): string {
-  const stat = (values: number[]) => `${s(Math.min(...values))} / ${s(median(values))}`;
   const pick = (f: (r: RoundFigures) => number) => figures.map(f);
+  const cli = (name: string, of: (r: RoundFigures) => JobFigures) => [
+    `  ${name}: job wall ${stat(pick((r) => of(r).wall))} s (ratio to the floor per round ` +
+      `${stat(pick((r) => of(r).wall / r.floor.wall))}); trial latency ${stat(pick((r) => median(of(r).trials)))} s ` +
+      `(ratio ${stat(pick((r) => median(of(r).trials) / median(r.floor.trials)))}); first build after the CLI ` +
+      `started ${stat(pick((r) => of(r).firstBuild ?? NaN))} s`,
+  ];
+  const withBaseline = figures.every((r) => r.baseline);
   return [
     `${kind}: ${shape.tasks} tasks at n_concurrent_trials ${shape.concurrency}, ${figures.length} rounds (min / median), ` +
       `load1 ${stat(pick((r) => r.load))}`,
-    `  job wall       Rollout ${stat(pick((r) => r.rollout.wall))} s, floor ${stat(pick((r) => r.floor.wall))} s, ` +
-      `ratio per round ${stat(pick((r) => r.rollout.wall / r.floor.wall))}`,
-    `  trial latency  Rollout ${stat(pick((r) => median(r.rollout.trials)))} s, floor ${stat(pick((r) => median(r.floor.trials)))} s, ` +
-      `ratio per round ${stat(pick((r) => median(r.rollout.trials) / median(r.floor.trials)))}`,
-    `  first build after the CLI started: ${stat(pick((r) => r.rollout.firstBuild ?? NaN))} s`,
+    `  floor: job wall ${stat(pick((r) => r.floor.wall))} s; trial latency ${stat(pick((r) => median(r.floor.trials)))} s`,
+    ...cli('Rollout', (r) => r.rollout),
+    ...(withBaseline ? cli('baseline', (r) => r.baseline!) : []),
   ].join('\n');
 }

@@ -1,6 +1,7 @@
 /** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
 import { agentsBenchmark } from './agents';
 import { dockerBenchmark } from './docker';
+import { harborBenchmark } from './harbor';
 import { scaleBenchmark } from './scale';
 import { sessionsBenchmark } from './sessions';
 
@@ -9,6 +10,7 @@ const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
   agents: agentsBenchmark,
   latency: dockerBenchmark('latency'),
   throughput: dockerBenchmark('throughput'),
+  harbor: harborBenchmark,
   sessions: () => sessionsBenchmark(),
 };
 
