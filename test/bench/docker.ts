@@ -49,33 +49,60 @@ export function dockerBenchmark(kind: 'latency' | 'throughput') {
     const rounds = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 5);
     const shape = SHAPES[kind];
     const baseline = baselineCli();
-    const dir = await mkdtemp(path.join(tmpdir(), `rollout-bench-${kind}-`));
-    try {
-      const tasks = await prepareTasks(dir, shape.tasks);
-      console.error(`${kind}: warm-up (untimed): one Rollout job${baseline ? ' per CLI' : ''}, one floor job`);
-      await rolloutJob(dir, `warm-${kind}`, shape);
-      if (baseline) await rolloutJob(dir, `warm-${kind}-baseline`, shape, baseline);
-      await floorJob(dir, tasks, shape.concurrency);
-      const figures: RoundFigures[] = [];
-      for (let round = 1; round <= rounds; round++) {
-        const load = loadavg()[0]!;
-        const rollout = await rolloutJob(dir, `${kind}-r${round}`, shape);
-        const before = baseline ? await rolloutJob(dir, `${kind}-r${round}-baseline`, shape, baseline) : undefined;
-        const floor = await floorJob(dir, tasks, shape.concurrency);
-        const figure = { round, load, rollout, floor, baseline: before };
-        figures.push(figure);
-        console.log(formatRound(figure));
-      }
-      console.log(summary(kind, shape, figures));
-    } finally {
-      await removeBenchImages();
-      await rm(dir, { recursive: true, force: true });
-    }
+    const contenders: Record<string, Contender> = {
+      rollout: (dir, name) => rolloutJob(dir, name, shape),
+      ...(baseline
+        ? { baseline: (dir: string, name: string) => rolloutJob(dir, `${name}-baseline`, shape, baseline) }
+        : {}),
+    };
+    const figures = await interleavedRounds(kind, shape, rounds, contenders, ({ round, load, jobs }) => {
+      const figure = { round, load, rollout: jobs.rollout!, floor: jobs.floor!, baseline: jobs.baseline };
+      console.log(formatRound(figure));
+      return figure;
+    });
+    console.log(summary(kind, shape, figures));
   };
 }
 
+/** One job of the bench's tasks (under dir/tasks) by one tool, named `name`. */
+export type Contender = (dir: string, name: string) => Promise<JobFigures>;
+
+/**
+ * The bench's tasks and images made, one untimed warm-up job per contender and the floor, then `rounds` rounds that
+ * run each contender in turn and the floor last, so all see the same load; `onRound` reports each round.
+ */
+export async function interleavedRounds<T>(
+  kind: string,
+  shape: Shape,
+  rounds: number,
+  contenders: Record<string, Contender>,
+  onRound: (round: { round: number; load: number; jobs: Record<string, JobFigures> }) => T
+): Promise<T[]> {
+  const dir = await mkdtemp(path.join(tmpdir(), `rollout-bench-${kind}-`));
+  try {
+    const tasks = await prepareTasks(dir, shape.tasks);
+    const all: Record<string, Contender> = {
+      ...contenders,
+      floor: () => floorJob(dir, tasks, shape.concurrency),
+    };
+    console.error(`${kind}: warm-up (untimed): one job each of ${Object.keys(all).join(', ')}`);
+    for (const [name, job] of Object.entries(all)) await job(dir, `warm-${kind}-${name}`);
+    const results: T[] = [];
+    for (let round = 1; round <= rounds; round++) {
+      const load = loadavg()[0]!;
+      const jobs: Record<string, JobFigures> = {};
+      for (const [name, job] of Object.entries(all)) jobs[name] = await job(dir, `${kind}-r${round}-${name}`);
+      results.push(onRound({ round, load, jobs }));
+    }
+    return results;
+  } finally {
+    await removeBenchImages();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 /** The bench's tasks under dir/tasks, their floor images built, Rollout's images pre-built with `rollout build`. */
-export async function prepareTasks(dir: string, count: number): Promise<string[]> {
+async function prepareTasks(dir: string, count: number): Promise<string[]> {
   const tasks = await writeTasks(dir, count);
   await buildFloorImages(tasks);
   for (const cli of [ROLLOUT_CLI, baselineCli()].filter((c): c is string => !!c)) {
@@ -85,7 +112,7 @@ export async function prepareTasks(dir: string, count: number): Promise<string[]
 }
 
 /** The floor's images, and the images `rollout build` made for the bench (recorded under this host id). */
-export async function removeBenchImages(): Promise<void> {
+async function removeBenchImages(): Promise<void> {
   for (const label of [`${FLOOR_LABEL}=1`, `rollout.host=${BENCH_BUILDER}`]) {
     const { stdout } = await run('docker', ['images', '-q', '--filter', `label=${label}`]);
     const ids = [...new Set(stdout.split('\n').filter(Boolean))];
@@ -170,7 +197,7 @@ docker rm -f "$name" > /dev/null
 date +%s.%N > "$out/end"
 `;
 
-export async function floorJob(dir: string, tasks: string[], concurrency: number): Promise<JobFigures> {
+async function floorJob(dir: string, tasks: string[], concurrency: number): Promise<JobFigures> {
   const script = path.join(dir, 'floor-trial.sh');
   await writeFile(script, FLOOR_TRIAL);
   const out = await mkdtemp(path.join(dir, 'floor-'));
@@ -218,26 +245,8 @@ export async function rolloutJob(dir: string, name: string, shape: Shape, cli = 
     ].join('\n')
   );
   const startedAt = Date.now();
-  const started = process.hrtime.bigint();
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn(process.execPath, [cli, file], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`rollout ${file} exited ${code}: ${stderr.slice(-2000)}`))
-    );
-  });
-  const wall = Number(process.hrtime.bigint() - started) / 1e9;
-  const jobDir = path.join(jobsDir, name);
-  const results: TrialResultFile[] = [];
-  for (const entry of await readdir(jobDir, { withFileTypes: true })) {
-    if (!entry.isDirectory()) continue;
-    const text = await readFile(path.join(jobDir, entry.name, 'result.json'), 'utf8').catch(() => null);
-    if (text) results.push(JSON.parse(text) as TrialResultFile);
-  }
+  const wall = await timedRun(process.execPath, [cli, file]);
+  const results = await trialResults<TrialResultFile>(path.join(jobsDir, name));
   if (results.length !== shape.tasks) throw new Error(`${name}: ${results.length} of ${shape.tasks} trial results`);
   for (const result of results) {
     if (result.rewards?.reward !== 1)
@@ -264,6 +273,32 @@ export async function rolloutJob(dir: string, name: string, shape: Shape, cli = 
     firstBuild: (Math.min(...builds.map((t) => Date.parse(t))) - startedAt) / 1000,
     steps,
   };
+}
+
+/** Runs a command to its end (it must exit 0); its wall time, s. */
+export async function timedRun(command: string, args: string[], env?: NodeJS.ProcessEnv): Promise<number> {
+  const started = process.hrtime.bigint();
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'pipe'], env: env ?? process.env });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.once('error', reject);
+    child.once('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${stderr.slice(-2000)}`))
+    );
+  });
+  return Number(process.hrtime.bigint() - started) / 1e9;
+}
+
+/** The result.json of each trial folder of a job folder. */
+export async function trialResults<T>(jobDir: string): Promise<T[]> {
+  const results: T[] = [];
+  for (const entry of await readdir(jobDir, { withFileTypes: true })) {
+    if (!entry.isDirectory()) continue;
+    const text = await readFile(path.join(jobDir, entry.name, 'result.json'), 'utf8').catch(() => null);
+    if (text) results.push(JSON.parse(text) as T);
+  }
+  return results;
 }
 
 interface TrialResultFile {

@@ -8,16 +8,16 @@
  * like the floor's (see docker.ts). LITELLM_LOCAL_MODEL_COST_MAP keeps Harbor's litellm from fetching its cost map
  * from the network, which offline only adds retry sleeps.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
-import { homedir, loadavg, tmpdir } from 'node:os';
+import { readdir, rm, writeFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
 import { hostCacheDir } from '../../src/host-cache';
-import type { JobFigures, Shape } from './docker';
-import { SHAPES, floorJob, median, prepareTasks, removeBenchImages, rolloutJob, s, stat } from './docker';
+import type { Contender, JobFigures, Shape } from './docker';
+import { SHAPES, interleavedRounds, median, rolloutJob, s, stat, timedRun, trialResults } from './docker';
 
 const run = promisify(execFile);
 /** The newest release that installs from this machine's PyPI (0.25.0 needs a newer certifi than the index has). */
@@ -32,28 +32,16 @@ export async function harborBenchmark(args: string[]): Promise<void> {
     console.log(`harbor: not run: ${missing}`);
     return;
   }
-  const dir = await mkdtemp(path.join(tmpdir(), 'rollout-bench-harbor-'));
-  try {
-    const tasks = await prepareTasks(dir, shape.tasks);
-    console.error(`harbor ${HARBOR_VERSION} (${kind}): warm-up (untimed): one job each`);
-    await harborJob(dir, `warm-${kind}`, shape);
-    await rolloutJob(dir, `warm-${kind}`, shape);
-    await floorJob(dir, tasks, shape.concurrency);
-    const figures: RoundFigures[] = [];
-    for (let round = 1; round <= rounds; round++) {
-      const load = loadavg()[0]!;
-      const harbor = await harborJob(dir, `harbor-r${round}`, shape);
-      const rollout = await rolloutJob(dir, `rollout-r${round}`, shape);
-      const floor = await floorJob(dir, tasks, shape.concurrency);
-      const figure = { round, load, harbor, rollout, floor };
-      figures.push(figure);
-      console.log(formatRound(figure));
-    }
-    console.log(summary(kind, shape, figures));
-  } finally {
-    await removeBenchImages();
-    await rm(dir, { recursive: true, force: true });
-  }
+  const contenders: Record<string, Contender> = {
+    harbor: (dir, name) => harborJob(dir, name, shape),
+    rollout: (dir, name) => rolloutJob(dir, name, shape),
+  };
+  const figures = await interleavedRounds(`harbor-${kind}`, shape, rounds, contenders, ({ round, load, jobs }) => {
+    const figure = { round, load, harbor: jobs.harbor!, rollout: jobs.rollout!, floor: jobs.floor! };
+    console.log(formatRound(figure));
+    return figure;
+  });
+  console.log(summary(kind, shape, figures));
 }
 
 interface RoundFigures {
@@ -128,31 +116,16 @@ async function harborJob(dir: string, name: string, shape: Shape): Promise<JobFi
   const jobsDir = path.join(dir, 'harbor-jobs');
   const args = ['run', '-p', path.join(dir, 'tasks'), '-a', 'oracle', '-n', String(shape.concurrency)];
   args.push('-o', jobsDir, '--job-name', name, '--delete', '-y', '-q');
-  const started = process.hrtime.bigint();
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn(path.join(venvDir(), 'bin', 'harbor'), args, {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      env: { ...process.env, LITELLM_LOCAL_MODEL_COST_MAP: 'True' },
-    });
-    let stderr = '';
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`harbor ${args.join(' ')} exited ${code}: ${stderr.slice(-2000)}`))
-    );
+  const wall = await timedRun(path.join(venvDir(), 'bin', 'harbor'), args, {
+    ...process.env,
+    LITELLM_LOCAL_MODEL_COST_MAP: 'True',
   });
-  const wall = Number(process.hrtime.bigint() - started) / 1e9;
-  const jobDir = path.join(jobsDir, name);
-  const trials: number[] = [];
-  for (const entry of await readdir(jobDir, { withFileTypes: true })) {
-    if (!entry.isDirectory()) continue;
-    const text = await readFile(path.join(jobDir, entry.name, 'result.json'), 'utf8').catch(() => null);
-    if (!text) continue;
-    const result = JSON.parse(text) as HarborTrialResult;
+  const results = await trialResults<HarborTrialResult>(path.join(jobsDir, name));
+  const trials = results.map((result) => {
     const reward = result.verifier_result?.rewards?.reward;
-    if (reward !== 1) throw new Error(`harbor ${name}: ${entry.name} scored ${JSON.stringify(reward)}`);
-    trials.push((Date.parse(result.finished_at) - Date.parse(result.started_at)) / 1000);
-  }
+    if (reward !== 1) throw new Error(`harbor ${name}: ${result.trial_name} scored ${JSON.stringify(reward)}`);
+    return (Date.parse(result.finished_at) - Date.parse(result.started_at)) / 1000;
+  });
   if (trials.length !== shape.tasks)
     throw new Error(`harbor ${name}: ${trials.length} of ${shape.tasks} trial results`);
   return { wall, trials };
@@ -160,6 +133,7 @@ async function harborJob(dir: string, name: string, shape: Shape): Promise<JobFi
 
 /** The fields of Harbor's trial result.json this bench reads. */
 interface HarborTrialResult {
+  trial_name: string;
   started_at: string;
   finished_at: string;
   verifier_result?: { rewards?: Record<string, number> | null } | null;
