@@ -17,7 +17,13 @@ import { writeJobResult, writeTrialResult } from './results';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
 import { runVerifier } from './verify';
-import { runSessionCommand, runSessionCommandHere, writeSessionRecord } from './session';
+import {
+  checkSessionAlive,
+  checkSessionAliveHere,
+  runSessionCommand,
+  runSessionCommandHere,
+  writeSessionRecord,
+} from './session';
 
 export type { ActivityDeps, TrialSlots } from './context';
 
@@ -37,6 +43,8 @@ export function createProviderActivities(deps: ActivityDeps) {
     writeTrialResult: heartbeatingActivity(writeTrialResult),
     runSessionCommand: runSessionCommand(deps),
     runSessionCommandHere: runSessionCommandHere(deps),
+    checkSessionAlive: checkSessionAlive(deps),
+    checkSessionAliveHere: checkSessionAliveHere(deps),
     writeSessionRecord,
   });
 }

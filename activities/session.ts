@@ -65,14 +65,39 @@ export function runSessionCommand(deps: ActivityDeps) {
  * anything, and the workflow sends the step to the host's queue.
  */
 export function runSessionCommandHere(deps: ActivityDeps) {
-  const run = runSessionCommand(deps);
-  return async function runSessionCommandHere(
-    input: SessionCommandInput & { hostQueue: string }
-  ): Promise<CommandOutcome> {
+  return onThisHostOnly(deps, runSessionCommand(deps));
+}
+
+export interface SessionAliveInput {
+  spec: TrialSpec;
+  handle: EnvironmentHandle;
+}
+
+/**
+ * Whether a parked session's container still runs, before it is handed out: one backend call where the environment
+ * can answer it (Docker: an inspect), else `true` run in it.
+ */
+export function checkSessionAlive(deps: ActivityDeps) {
+  return async function checkSessionAlive({ spec, handle }: SessionAliveInput): Promise<boolean> {
+    const environment = deps.environment(spec.environmentType);
+    if (environment.isRunning) return environment.isRunning(handle);
+    const ran = await environment.exec(handle, { command: 'true', timeoutMs: 10_000 }).catch(() => null);
+    return ran?.exitCode === 0;
+  };
+}
+
+/** checkSessionAlive as a local activity of the container's host (see runSessionCommandHere). */
+export function checkSessionAliveHere(deps: ActivityDeps) {
+  return onThisHostOnly(deps, checkSessionAlive(deps));
+}
+
+/** `activity`, refused (NotThisHost, before anything runs) by a worker that is not the container's host. */
+function onThisHostOnly<I extends { spec: TrialSpec }, R>(deps: ActivityDeps, activity: (input: I) => Promise<R>) {
+  return async (input: I & { hostQueue: string }): Promise<R> => {
     if (deps.hostQueue(input.spec.environmentType) !== input.hostQueue) {
       throw ApplicationFailure.nonRetryable(`this worker is not ${input.hostQueue}`, NOT_THIS_HOST);
     }
-    return run(input);
+    return activity(input);
   };
 }
 

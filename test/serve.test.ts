@@ -67,6 +67,29 @@ async function filesUnder(folder: string): Promise<string[]> {
   return entries.filter((e) => e.isFile()).map((e) => path.join(e.parentPath, e.name));
 }
 
+/** A further `rollout serve` over the same tasks and agent, in its own folder, with one more serve.yaml line. */
+async function anotherServer(name: string, setting: string): Promise<ServeProcess> {
+  const folder = path.join(dir, name);
+  await mkdir(folder, { recursive: true });
+  const port = await freePort();
+  await writeFile(
+    path.join(folder, 'serve.yaml'),
+    [
+      'dataset: ../tasks',
+      'agent: ../agent.yaml',
+      `name: ${serveName}-${name}`,
+      'jobs_dir: ../jobs',
+      'environment: local',
+      `port: ${port}`,
+      setting,
+      '',
+    ].join('\n')
+  );
+  const started = new ServeProcess(`http://127.0.0.1:${port}`, folder, TOKEN);
+  await started.start();
+  return started;
+}
+
 describe('rollout serve: remote rollouts', () => {
   before(async () => {
     ({ client, connection } = await testTemporal());
@@ -128,6 +151,7 @@ describe('rollout serve: remote rollouts', () => {
 
   it('needs the bearer token, except for /health and /openapi.json', async () => {
     assert.equal((await api('/status?rollout_id=x', { token: null })).status, 401);
+    assert.equal((await api('/init', { body: initBody('r-401', 'trivial'), token: null })).status, 401);
     assert.equal((await api('/status?rollout_id=x', { token: 'wrong' })).status, 401);
     assert.equal((await api('/health', { token: null })).status, 200);
     const openapi = (await (await api('/openapi.json', { token: null })).json()) as { paths: Record<string, unknown> };
@@ -230,24 +254,7 @@ describe('rollout serve: remote rollouts', () => {
   });
 
   it('names the task by the first user message with task_from: first_user_message', async () => {
-    const byMessage = path.join(dir, 'by-message');
-    await mkdir(byMessage, { recursive: true });
-    const port = await freePort();
-    await writeFile(
-      path.join(byMessage, 'serve.yaml'),
-      [
-        'dataset: ../tasks',
-        'agent: ../agent.yaml',
-        `name: ${serveName}-msg`,
-        'jobs_dir: ../jobs',
-        'environment: local',
-        `port: ${port}`,
-        'task_from: first_user_message',
-        '',
-      ].join('\n')
-    );
-    const second = new ServeProcess(`http://127.0.0.1:${port}`, byMessage, TOKEN);
-    await second.start();
+    const second = await anotherServer('by-message', 'task_from: first_user_message');
     try {
       const body = {
         ...initBody('msg-1', 'not-a-task'),
@@ -281,6 +288,68 @@ describe('rollout serve: remote rollouts', () => {
       assert.equal(finished.result.task_name, 'trivial');
     } finally {
       await second.stop('SIGTERM');
+    }
+  });
+
+  it("runs Eval Protocol's own RemoteRolloutProcessor, unchanged, with eval_protocol.loopback_without_token", async () => {
+    const loopback = await anotherServer('ep-loopback', 'eval_protocol: { loopback_without_token: true }');
+    const port = new URL(loopback.base).port;
+    try {
+      // Only Eval Protocol's endpoints go without the token.
+      assert.equal((await loopback.request('/sessions', { body: { task: 'trivial' }, token: null })).status, 401);
+      const modelUrl = scripted.session('rrp', SCENARIO).openAiBaseUrl;
+      // The processor sends no token anywhere; its "tracing proxy" is this server (http://localhost:<port>).
+      const { stdout } = await promisify(execFile)(
+        EP_PYTHON,
+        [
+          path.join(REPO_ROOT, 'test', 'fixtures', 'eval-protocol', 'remote_processor.py'),
+          `http://127.0.0.1:${port}`,
+          `http://localhost:${port}`,
+          modelUrl,
+          'trivial',
+          'rrp-1',
+          'rrp-2',
+        ],
+        {
+          env: { ...process.env, FIREWORKS_API_KEY: API_KEY, LITELLM_LOCAL_MODEL_COST_MAP: 'True' },
+          timeout: 240_000,
+        }
+      );
+      const rows = stdout
+        .trim()
+        .split('\n')
+        .map(
+          (line) =>
+            JSON.parse(line) as {
+              status: { code: number; message: string };
+              messages: { role: string; content: string }[];
+              ids: string[];
+              extra: { reward?: number } | null;
+            }
+        );
+      assert.equal(rows.length, 2, stdout);
+      for (const [i, row] of rows.entries()) {
+        assert.equal(row.status.code, 100, JSON.stringify(row));
+        // The row's messages are now the rollout's model conversation, from the gateway's records.
+        assert.deepEqual(row.messages, [
+          { role: 'user', content: 'solve it' },
+          { role: 'assistant', content: 'done' },
+        ]);
+        assert.deepEqual(row.ids, ['inv-1', 'exp-1', `rrp-${i + 1}`, 'run-1']);
+        assert.equal(row.extra?.reward, 1);
+      }
+      // The model behind the tracing URL (completion_params.base_url) got both calls, with the key.
+      const upstream = scripted.calls('rrp');
+      assert.equal(upstream.length, 2);
+      assert.ok(upstream.every((c) => c.credential === API_KEY));
+      const selfOnly = await loopback.request('/init', {
+        token: null,
+        body: { ...initBody('rrp-3', 'trivial'), model_base_url: `http://localhost:${port}/v1` },
+      });
+      assert.equal(selfOnly.status, 400);
+      assert.match(((await selfOnly.json()) as { error: string }).error, /^model_base_url: .* is this server/);
+    } finally {
+      await loopback.stop('SIGTERM');
     }
   });
 

@@ -112,8 +112,12 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       Worker.create({
         ...common,
         taskQueue: JOB_TASK_QUEUE,
-        // A session's steps run here as local activities when this process is the container's host.
-        activities: { ...jobActivities, runSessionCommandHere: activities.runSessionCommandHere },
+        // A session's steps and liveness checks run here as local activities when this process is the container's host.
+        activities: {
+          ...jobActivities,
+          runSessionCommandHere: activities.runSessionCommandHere,
+          checkSessionAliveHere: activities.checkSessionAliveHere,
+        },
         workflowBundle: options.workflowBundle ?? (await workflowBundle()),
       })
     );

@@ -21,7 +21,6 @@ import {
 import type { ProviderActivities } from '../activities';
 import type { SessionCommandInput } from '../activities/session';
 import type {
-  CommandOutcome,
   SessionEnd,
   SessionInput,
   SessionRecord,
@@ -45,6 +44,7 @@ const GRACE_SEC = 60;
 const CLAIM_TIMEOUT = '30 seconds';
 /** Sessions started before steps could run as local activities replay without them. */
 const LOCAL_STEP_PATCH = 'session-step-local-activity';
+const CLAIM_BY_STATE_PATCH = 'session-claim-by-state';
 
 export async function sessionWorkflow(input: SessionInput): Promise<SessionRecord> {
   const { spec, limits } = input;
@@ -103,24 +103,40 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
   }
   record.host = hostQueue;
   const host = hostActivities(input, hostQueue);
-  const { runSessionCommandHere } = proxyLocalActivities<ProviderActivities>({
+  const local = proxyLocalActivities<ProviderActivities>({
     startToCloseTimeout: (limits.stepTimeoutSec + GRACE_SEC) * 1000,
     retry: { maximumAttempts: 1 },
   });
-  /** Set once a local step was refused: this session's workflow worker is not its container's host. */
+  /** Set once a local activity was refused: this session's workflow worker is not its container's host. */
   let notHere = false;
-  /** A command in the container: here when this worker is the host (fast), else on the host's queue. */
-  async function runCommand(command: SessionCommandInput): Promise<CommandOutcome> {
+  /** On the container's host: here, as a local activity, when this worker is the host (fast), else on its queue. */
+  async function onHost<I, R>(
+    here: (input: I & { hostQueue: string }) => Promise<R>,
+    there: (input: I) => Promise<R>,
+    input: I
+  ): Promise<R> {
     if (!notHere && patched(LOCAL_STEP_PATCH)) {
       try {
-        return await runSessionCommandHere({ ...command, hostQueue });
+        return await here({ ...input, hostQueue });
       } catch (err) {
         if (!notRunHere(err)) throw err;
         notHere = true;
       }
     }
-    return host.runSessionCommand(command);
+    return there(input);
   }
+  const runCommand = (command: SessionCommandInput) =>
+    onHost(local.runSessionCommandHere, host.runSessionCommand, command);
+  /**
+   * Liveness before hand-out: a container that died while parked is never given to a client. Asked of the backend
+   * (one Docker inspect); sessions claimed before that ran `true` in the container, and still replay so.
+   */
+  const isAlive = (environment: EnvironmentHandle): Promise<boolean> =>
+    patched(CLAIM_BY_STATE_PATCH)
+      ? onHost(local.checkSessionAliveHere, host.checkSessionAlive, { spec, handle: environment })
+      : runCommand({ spec, handle: environment, command: 'true', timeoutSec: 10, outputLimitBytes: 100 }).then(
+          (ran) => ran.exitCode === 0
+        );
 
   setHandler(
     sessionStepUpdate,
@@ -155,11 +171,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     async ({ idleTimeoutSec: idle }) => {
       await condition(() => handle !== null || endedBy !== null);
       if (!handle || endedBy) throw ApplicationFailure.nonRetryable(`session ended (${endedBy})`, 'SessionEnded');
-      // Liveness before hand-out: a container that died while parked is never given to a client.
-      const alive = await runCommand({ spec, handle, command: 'true', timeoutSec: 10, outputLimitBytes: 100 }).then(
-        (ran) => ran.exitCode === 0,
-        () => false
-      );
+      const alive = await isAlive(handle).catch(() => false);
       if (!alive) {
         record.error = 'the parked container was no longer alive';
         end('failed');
@@ -293,6 +305,7 @@ function hostActivities({ spec, limits }: SessionInput, hostQueue: string) {
     startEnvironment: proxy(timeouts.start, 3).startEnvironment,
     // A command is not idempotent: never run it twice.
     runSessionCommand: proxy(limits.stepTimeoutSec, 1).runSessionCommand,
+    checkSessionAlive: proxy(10, 1).checkSessionAlive,
     runVerifier: proxy(timeouts.verify, 1).runVerifier,
     writeSessionRecord: proxy(timeouts.collect, 3).writeSessionRecord,
     stopEnvironment: proxy(timeouts.stop, 3).stopEnvironment,

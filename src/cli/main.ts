@@ -152,6 +152,10 @@ export function buildProgram(): Command {
     .option('--no-worker', 'run no worker in this process (workers run elsewhere)')
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--max-trials <n>', 'trials and sessions this process may hold at once (default 8)', positiveInt)
+    .option(
+      '--eval-protocol-loopback',
+      "accept Eval Protocol's requests (/init, its tracing endpoints) from loopback without the token, as its RemoteRolloutProcessor sends none"
+    )
     .action(async (opts: ServeFlags) => {
       installQuietRuntime('info', { shutdownSignals: [] });
       process.exitCode = await serve(opts);

@@ -1,3 +1,5 @@
+import type { AddressInfo } from 'node:net';
+
 import { isOracle } from '../agents/agent';
 import { Rollout } from '../api/rollout';
 import { InputError } from '../errors';
@@ -24,6 +26,7 @@ export interface ServeFlags {
   worker: boolean;
   hostId?: string;
   maxTrials?: number;
+  evalProtocolLoopback?: boolean;
 }
 
 /**
@@ -48,6 +51,7 @@ export async function serve(flags: ServeFlags): Promise<number> {
     host: flags.host,
     jobs_dir: flags.jobsDir,
     environment: flags.env,
+    eval_protocol: flags.evalProtocolLoopback ? { loopback_without_token: true } : undefined,
   });
   const { job, tasks } = await planServeJob(config);
   const rollout = await Rollout.connect({
@@ -58,7 +62,11 @@ export async function serve(flags: ServeFlags): Promise<number> {
     },
   });
   const jobDir = tasks.values().next().value!.jobDir;
-  const rollouts = new RemoteRollouts(rollout.client, tasks, job, jobDir, config.task_from);
+  /** The port this server listens on (known once it listens, which is before any request). */
+  let port = config.port;
+  const rollouts = new RemoteRollouts(rollout.client, tasks, job, jobDir, config.task_from, (url) =>
+    isThisServer(url, port, config.host)
+  );
   const sessions = new Sessions(
     rollout.client,
     job,
@@ -72,8 +80,14 @@ export async function serve(flags: ServeFlags): Promise<number> {
     },
     config.sessions.warm_pool
   );
-  const app = buildServer({ token, rollouts, routes: sessions.routes() });
+  const app = buildServer({
+    token,
+    rollouts,
+    routes: sessions.routes(),
+    evalProtocolLoopbackWithoutToken: config.eval_protocol.loopback_without_token,
+  });
   const address = await app.listen({ port: config.port, host: config.host });
+  port = (app.server.address() as AddressInfo).port;
   sessions.startPool();
   console.error(
     `rollout serve: ${address} · dataset ${config.dataset} · agent ${config.agentConfig.name} · results ${jobDir}`
@@ -87,6 +101,13 @@ export async function serve(flags: ServeFlags): Promise<number> {
   await sessions.closePool();
   await rollout.close();
   return 0;
+}
+
+/** A URL of this server: its port, on loopback or the address it listens on. */
+function isThisServer(url: URL, port: number, listenHost: string): boolean {
+  const urlPort = url.port || (url.protocol === 'https:' ? '443' : '80');
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  return urlPort === String(port) && ['localhost', '127.0.0.1', '::1', listenHost].includes(host);
 }
 
 async function sessionTasks(tasks: Map<string, TrialSpec>): Promise<Map<string, SessionTask>> {

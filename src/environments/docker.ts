@@ -578,6 +578,11 @@ export class DockerEnvironment implements Environment {
     return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
   }
 
+  async isRunning(handle: EnvironmentHandle): Promise<boolean> {
+    const state = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.State;
+    return state !== undefined && state.Running && !state.Paused && !state.Restarting;
+  }
+
   /**
    * Creates and starts an exec. A container that is no longer running, while the daemon answers, was broken from
    * inside (its PID 1 only sleeps): an outcome of what ran in it, not a failure of the host.

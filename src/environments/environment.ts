@@ -178,6 +178,11 @@ export interface Environment {
   start(request: StartRequest): Promise<StartResult>;
   exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult>;
   /**
+   * Whether the environment still runs, asked of its backend without running anything in it (one API call, where an
+   * exec costs several): the warm pool's check before hand-out. Absent: callers run `true` in it instead.
+   */
+  isRunning?(handle: EnvironmentHandle): Promise<boolean>;
+  /**
    * Kills every process commands started in the environment, daemons and processes that left their process group
    * included (after the agent's step, so nothing of it runs during verification).
    */

@@ -110,10 +110,13 @@ export async function startJobWorkflow(
  */
 export async function startTrialWorkflow(
   client: Client,
-  spec: TrialSpec
+  spec: TrialSpec,
+  /** Kept with the workflow for its starter (not passed to it): e.g. a remote rollout's Eval Protocol metadata. */
+  memo?: Record<string, unknown>
 ): Promise<WorkflowHandle<typeof trialWorkflow>> {
   const start = client.workflow.start<typeof trialWorkflow>('trialWorkflow', {
     workflowId: spec.trialId,
+    ...(memo ? { memo } : {}),
     taskQueue: JOB_TASK_QUEUE,
     args: [spec],
     workflowIdConflictPolicy: 'USE_EXISTING',

@@ -26,6 +26,15 @@ export const ServeConfigSchema = z.strictObject({
   port: z.number().int().min(0).max(65535).default(8080),
   /** Which part of an /init request names the task. */
   task_from: z.enum(['row_id', 'first_user_message']).default('row_id'),
+  eval_protocol: z
+    .strictObject({
+      /**
+       * Eval Protocol's RemoteRolloutProcessor sends /init without a token: accept its requests (/init and the
+       * tracing endpoints) from loopback addresses without one. Off by default; never behind a proxy on this host.
+       */
+      loopback_without_token: z.boolean().default(false),
+    })
+    .prefault({}),
   sessions: z
     .strictObject({
       idle_timeout_sec: z.number().positive().default(600),

@@ -19,6 +19,7 @@ import { jobFiles, readJson } from '../results/files';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
 import { sealEnv } from '../secrets/sealed-env';
+import { upstreamModelUrl } from './eval-protocol';
 import type { TrialSpec, TrialSummary } from '../trial/types';
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
 
@@ -40,6 +41,9 @@ export const InitRequestSchema = z.looseObject({
 });
 export type InitRequest = z.infer<typeof InitRequestSchema>;
 
+const METADATA_MEMO = 'eval_protocol_metadata';
+const NO_METADATA = { invocation_id: '', experiment_id: '', run_id: '', row_id: '' };
+
 /** Eval Protocol's status codes (AIP-193 plus its own). */
 export const STATUS = { FINISHED: 100, RUNNING: 101, INTERNAL: 13 } as const;
 
@@ -53,7 +57,10 @@ export const StatusResponseSchema = z.object({
 });
 export type StatusResponse = z.infer<typeof StatusResponseSchema>;
 
-export class UnknownTaskError extends Error {}
+export type RolloutMetadata = InitRequest['metadata'];
+
+/** A request that cannot start a rollout (an unknown task, a model URL that names no model): 400. */
+export class BadInitError extends Error {}
 
 export class RemoteRollouts {
   constructor(
@@ -62,7 +69,9 @@ export class RemoteRollouts {
     private readonly tasks: Map<string, TrialSpec>,
     private readonly jobName: string,
     private readonly jobDir: string,
-    private readonly taskFrom: 'row_id' | 'first_user_message'
+    private readonly taskFrom: 'row_id' | 'first_user_message',
+    /** Whether a URL is this server's own (a tracing URL on it stands for the model it encodes). */
+    private readonly isThisServer: (url: URL) => boolean
   ) {}
 
   /** Starts the rollout's trial, or finds the one already started for this rollout_id. */
@@ -71,12 +80,18 @@ export class RemoteRollouts {
     const planned = this.tasks.get(taskName);
     if (!planned) {
       const known = [...this.tasks.keys()];
-      throw new UnknownTaskError(
+      throw new BadInitError(
         `unknown task "${taskName}" (from ${this.taskFrom === 'row_id' ? 'metadata.row_id' : 'the first user message'}): ` +
           `the dataset has ${known.slice(0, 10).join(', ')}${known.length > 10 ? `, … (${known.length})` : ''}`
       );
     }
-    const { completion_params: params, model_base_url: baseUrl, api_key: apiKey } = request;
+    const { completion_params: params, api_key: apiKey } = request;
+    let baseUrl: string | undefined;
+    try {
+      baseUrl = request.model_base_url ? upstreamModelUrl(request.model_base_url, this.isThisServer) : undefined;
+    } catch (err) {
+      throw new BadInitError((err as Error).message);
+    }
     const spec: TrialSpec = {
       ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
       agentEnv: {
@@ -87,7 +102,7 @@ export class RemoteRollouts {
       },
       ...(apiKey ? { sealedAgentEnv: sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }) } : {}),
     };
-    await startTrialWorkflow(this.client, spec);
+    await startTrialWorkflow(this.client, spec, { [METADATA_MEMO]: request.metadata });
     return { rolloutId: request.metadata.rollout_id, trialName: spec.trialName };
   }
 
@@ -125,12 +140,21 @@ export class RemoteRollouts {
     return statusOf(rolloutId, await handle.result());
   }
 
-  /** The finished rollout's result.json and trajectory files, or null while unknown or running. */
-  async result(rolloutId: string): Promise<{ result: TrialResult; files: string[] } | null> {
+  /** The finished rollout's result.json, its folder and files, or null while unknown or running. */
+  async result(rolloutId: string): Promise<{ result: TrialResult; dir: string; files: string[] } | null> {
     const trialName = trialNameOf(rolloutId);
     const result = await readJson<TrialResult>(jobFiles.trialResult(this.jobDir, trialName));
     if (!result) return null;
-    return { result, files: await listFiles(jobFiles.trialDir(this.jobDir, trialName)) };
+    const dir = jobFiles.trialDir(this.jobDir, trialName);
+    return { result, dir, files: await listFiles(dir) };
+  }
+
+  /** The /init request's metadata (invocation, experiment, run, row ids), kept in the workflow's memo. */
+  async metadata(rolloutId: string): Promise<RolloutMetadata> {
+    const description = await this.client.workflow.getHandle(this.workflowId(rolloutId)).describe();
+    return (
+      (description.memo?.[METADATA_MEMO] as RolloutMetadata | undefined) ?? { ...NO_METADATA, rollout_id: rolloutId }
+    );
   }
 
   private workflowId(rolloutId: string): string {

@@ -9,7 +9,8 @@ import Fastify from 'fastify';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 
-import { InitRequestSchema, StatusResponseSchema, UnknownTaskError } from './remote-rollouts';
+import { EVAL_PROTOCOL_PATHS, evalProtocolRoutes } from './eval-protocol';
+import { BadInitError, InitRequestSchema, StatusResponseSchema } from './remote-rollouts';
 import type { RemoteRollouts } from './remote-rollouts';
 
 const ErrorSchema = z.object({ error: z.string() });
@@ -28,6 +29,11 @@ interface Route {
 
 export interface ServeDeps {
   token: string;
+  /**
+   * Requests from loopback to the Eval Protocol endpoints need no token: its RemoteRolloutProcessor sends none to
+   * /init and sends its Fireworks key to the tracing endpoints.
+   */
+  evalProtocolLoopbackWithoutToken?: boolean;
   rollouts: RemoteRollouts;
   /** Further routes (sessions), registered the same way. */
   routes?: Route[];
@@ -40,13 +46,27 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
   const app = Fastify({ logger: false, bodyLimit: 16 * 1024 * 1024 });
   const expected = Buffer.from(`Bearer ${deps.token}`);
   app.addHook('onRequest', async (request, reply) => {
-    if (PUBLIC_PATHS.has(request.url.split('?')[0]!)) return;
+    const pathname = request.url.split('?')[0]!;
+    if (PUBLIC_PATHS.has(pathname)) return;
+    // The socket's own peer address (no proxy headers are trusted): only a process on this host.
+    if (deps.evalProtocolLoopbackWithoutToken && EVAL_PROTOCOL_PATHS.has(pathname) && isLoopback(request.ip)) return;
     const given = Buffer.from(request.headers.authorization ?? '');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
       await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'missing or wrong bearer token' });
     }
   });
 
+  const statusRoute: Route = {
+    method: 'GET',
+    path: '/status',
+    summary: "A rollout's status: 100 finished, 101 running, 13 internal error; 404 for an unknown id",
+    query: z.object({ rollout_id: z.string().min(1) }),
+    responses: { 200: StatusResponseSchema, 404: ErrorSchema },
+    handler: async ({ query }, reply) => {
+      const { rollout_id: id } = query as { rollout_id: string };
+      return (await deps.rollouts.status(id)) ?? reply.code(404).send({ error: `no rollout "${id}"` });
+    },
+  };
   const routes: Route[] = [
     {
       method: 'GET',
@@ -66,22 +86,12 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
           const started = await deps.rollouts.init(body as z.infer<typeof InitRequestSchema>);
           return { rollout_id: started.rolloutId, trial: started.trialName };
         } catch (err) {
-          if (err instanceof UnknownTaskError) return reply.code(400).send({ error: err.message });
+          if (err instanceof BadInitError) return reply.code(400).send({ error: err.message });
           throw err;
         }
       },
     },
-    {
-      method: 'GET',
-      path: '/status',
-      summary: "A rollout's status: 100 finished, 101 running, 13 internal error; 404 for an unknown id",
-      query: z.object({ rollout_id: z.string().min(1) }),
-      responses: { 200: StatusResponseSchema, 404: ErrorSchema },
-      handler: async ({ query }, reply) => {
-        const { rollout_id: id } = query as { rollout_id: string };
-        return (await deps.rollouts.status(id)) ?? reply.code(404).send({ error: `no rollout "${id}"` });
-      },
-    },
+    statusRoute,
     {
       method: 'GET',
       path: '/rollouts/:id',
@@ -90,9 +100,12 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
       responses: { 200: z.object({ result: z.unknown(), files: z.array(z.string()) }), 404: ErrorSchema },
       handler: async ({ params }, reply) => {
         const { id } = params as { id: string };
-        return (await deps.rollouts.result(id)) ?? reply.code(404).send({ error: `no finished rollout "${id}"` });
+        const finished = await deps.rollouts.result(id);
+        if (!finished) return reply.code(404).send({ error: `no finished rollout "${id}"` });
+        return { result: finished.result, files: finished.files };
       },
     },
+    ...evalProtocolRoutes(deps.rollouts, statusRoute),
     ...(deps.routes ?? []),
   ];
 
@@ -120,6 +133,10 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
   const openapi = openApiDocument(routes);
   app.get('/openapi.json', () => Promise.resolve(openapi));
   return app;
+}
+
+function isLoopback(address: string): boolean {
+  return /^(127\.|::1$|::ffff:127\.)/.test(address);
 }
 
 /** OpenAPI 3.1 from the routes' own zod schemas. */

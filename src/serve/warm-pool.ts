@@ -1,8 +1,9 @@
 /**
  * Sessions started ahead of demand, per task: each parked entry is a running Session workflow whose container is up,
  * waiting to be claimed. Bounded (at most `size` parked or starting per task), liveness-checked at hand-out (the
- * claim runs a command in the container; a dead one is dropped and the next tried), replaced as they are taken or
- * die, and ended at shutdown. Being workflows, parked sessions are never mistaken for abandoned containers.
+ * claim asks the container's backend whether it runs; a dead one is dropped and the next tried), replaced as they
+ * are taken or die, and ended at shutdown. Being workflows, parked sessions are never mistaken for abandoned
+ * containers.
  */
 export interface WarmPoolOps {
   /** Starts a parked session of `task`; its id. */
@@ -38,12 +39,15 @@ export class WarmPool {
   /** A claimed warm session of `task`, or undefined when none is parked (the caller starts one cold). */
   async take(task: string, idleTimeoutSec?: number): Promise<string | undefined> {
     const parked = this.parked.get(task) ?? [];
-    for (let id = parked.shift(); id !== undefined; id = parked.shift()) {
+    try {
+      for (let id = parked.shift(); id !== undefined; id = parked.shift()) {
+        if (await this.ops.claim(id, idleTimeoutSec)) return id;
+      }
+      return undefined;
+    } finally {
+      // Replacements start after the claim: their container starts would slow the hand-out on a busy host.
       this.fill();
-      if (await this.ops.claim(id, idleTimeoutSec)) return id;
     }
-    this.fill();
-    return undefined;
   }
 
   size(task: string): number {

@@ -4,7 +4,7 @@
  * Docker of this machine. Prints figures; asserts nothing about time.
  */
 import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import os, { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 
@@ -19,6 +19,8 @@ import { TEST_HOST_ID, testTemporal } from '../support/temporal';
 import { waitFor } from '../support/wait';
 
 const WARM = 4;
+/** Creates from the warm pool taken one at a time, the pool refilled in between. */
+const SPACED = 6;
 const STEPS = 50;
 const PARALLEL = 4;
 
@@ -91,43 +93,63 @@ export async function sessionsBenchmark(): Promise<void> {
     );
     await new Promise((resolve) => setTimeout(resolve, 20_000));
 
+    const createLoad = os.loadavg()[0]!;
     const cold: number[] = [];
     for (let i = 0; i < 3; i++) {
       const session = await create('cold');
       cold.push(session.ms);
       await end(session.id);
     }
-    const warm: number[] = [];
+    // From the warm pool: one at a time with the pool topped up again in between, then a burst of back-to-back
+    // creates while the replacements of the ones just taken start (their container starts share the 2 cores).
+    const docker = new Docker();
+    const jobContainers = async () =>
+      (await docker.listContainers({ filters: { label: [`rollout.job=${name}`] } })).length;
+    const warmSpaced: number[] = [];
+    const warmBurst: number[] = [];
     const warmIds: string[] = [];
+    for (let i = 0; i < SPACED; i++) {
+      const session = await create('warm');
+      warmSpaced.push(session.ms);
+      // Ended at once: the worker's --max-trials slots hold the parked sessions and the ones taken.
+      await end(session.id);
+      await waitFor('the warm pool refilled', async () => (await jobContainers()) === WARM, 120_000);
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+    }
     for (let i = 0; i < WARM; i++) {
       const session = await create('warm');
-      warm.push(session.ms);
+      warmBurst.push(session.ms);
       warmIds.push(session.id);
     }
 
     const id = warmIds[0]!;
     await step(id, 'echo warm-up');
-    const rounds: number[] = [];
-    for (let i = 0; i < STEPS; i++) rounds.push(await step(id, 'echo hi'));
-    const docker = new Docker();
     const [container] = await docker.listContainers({ filters: { label: [`${LABEL_TRIAL}=${name}/session__${id}`] } });
     if (!container) throw new Error('session container not found');
     const environment = createEnvironment('docker', { hostId: TEST_HOST_ID, deployment: 'bench' });
+    const timed = async (work: () => Promise<unknown>) => {
+      const started = performance.now();
+      await work();
+      return performance.now() - started;
+    };
+    // Interleaved rounds (step over HTTP, the bare exec it wraps, that exec with the step's wrapper), so the load of
+    // the shared machine weighs on all three alike; each round's step/bare ratio is kept.
+    const rounds: number[] = [];
     const bare: number[] = [];
-    for (let i = 0; i < STEPS; i++) {
-      const started = performance.now();
-      await environment.exec({ id: container.Id, workdir: '/' }, { command: 'echo hi' });
-      bare.push(performance.now() - started);
-    }
-    // The same exec with the step's wrapper (output cut, exit status kept): what a step costs in the container.
     const wrapped: number[] = [];
+    const ratios: number[] = [];
+    const stepLoad = os.loadavg()[0]!;
     for (let i = 0; i < STEPS; i++) {
-      const started = performance.now();
-      await environment.exec({ id: container.Id, workdir: '/' }, stepExec('echo hi', 64 * 1024));
-      wrapped.push(performance.now() - started);
+      rounds.push(await step(id, 'echo hi'));
+      bare.push(await timed(() => environment.exec({ id: container.Id, workdir: '/' }, { command: 'echo hi' })));
+      wrapped.push(
+        await timed(() => environment.exec({ id: container.Id, workdir: '/' }, stepExec('echo hi', 64 * 1024)))
+      );
+      ratios.push(rounds[i]! / bare[i]!);
     }
     await Promise.all(warmIds.map(end));
 
+    const parallelLoad = os.loadavg()[0]!;
     const parallelStarted = performance.now();
     const perSession = await Promise.all(
       Array.from({ length: PARALLEL }, async () => {
@@ -141,18 +163,24 @@ export async function sessionsBenchmark(): Promise<void> {
     const parallelMs = performance.now() - parallelStarted;
     const parallelSteps = perSession.flat();
 
-    console.log(`sessions benchmark (${new Date().toISOString()}, this machine)`);
-    console.log(`  create, cold (no pool):         ${fmt(cold)}`);
-    console.log(`  create, from the warm pool:     ${fmt(warm)}`);
-    console.log(`  step round trip (echo, HTTP):   ${fmt(rounds)}`);
+    const load = (at: number) => `load1 ${at.toFixed(1)}`;
+    console.log(`sessions benchmark (${new Date().toISOString()}, this machine, ${os.cpus().length} cores)`);
+    console.log(`  create, cold (no pool):         ${fmt(cold)}  [${load(createLoad)}]`);
+    console.log(`  create, from the warm pool:     ${fmt(warmSpaced)}  (one at a time, the pool full)`);
+    console.log(`  create, warm, ${WARM} back to back:  ${fmt(warmBurst)}  (while the taken ones' replacements start)`);
+    console.log(
+      `  step round trip (echo, HTTP):   ${fmt(rounds)}  [${load(stepLoad)}, interleaved with the two below]`
+    );
     console.log(`  bare docker exec (echo):        ${fmt(bare)}`);
     console.log(`  the step's exec (wrapped echo): ${fmt(wrapped)}`);
     console.log(
       `  overhead over bare exec:        p50 ${(percentile(rounds, 50) - percentile(bare, 50)).toFixed(1)} ms ` +
-        `(of it the step's wrapper: ${(percentile(wrapped, 50) - percentile(bare, 50)).toFixed(1)} ms)`
+        `(of it the step's wrapper: ${(percentile(wrapped, 50) - percentile(bare, 50)).toFixed(1)} ms); ` +
+        `step / bare exec per round: median ${percentile(ratios, 50).toFixed(2)}`
     );
     console.log(
-      `  ${PARALLEL} sessions in parallel:        create + 10 steps each in ${(parallelMs / 1000).toFixed(1)} s; steps ${fmt(parallelSteps)}`
+      `  ${PARALLEL} sessions in parallel:        create + 10 steps each in ${(parallelMs / 1000).toFixed(1)} s; ` +
+        `steps ${fmt(parallelSteps)}  [${load(parallelLoad)}]`
     );
   } finally {
     await server.stop('SIGTERM');
