@@ -20,13 +20,7 @@ import {
 
 import type { ProviderActivities } from '../activities';
 import type { SessionCommandInput } from '../activities/session';
-import type {
-  SessionEnd,
-  SessionInput,
-  SessionRecord,
-  StepOutcome,
-  ToolCall,
-} from '../src/trial/session-types';
+import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-types';
 import { NOT_THIS_HOST } from '../src/trial/session-types';
 import { primaryReward } from '../src/results/job-stats';
 import { providerQueue } from '../src/temporal/queues';
