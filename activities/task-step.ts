@@ -79,7 +79,8 @@ export async function startTaskStep(
 
 /**
  * A step's /logs/agent and /logs/verifier into `<trial>/steps/<name>/` (within the job's collect limits, scrubbed of
- * secrets with the rest of the trial folder at collect), then emptied, with /tests, for the next step.
+ * secrets with the rest of the trial folder at collect), then emptied, with /tests and /logs/artifacts (collected after
+ * its tests), for the next step.
  */
 export async function archiveTaskStepLogs(
   environment: Environment,
@@ -94,8 +95,10 @@ export async function archiveTaskStepLogs(
   }
   const { logs, tests } = CONTAINER_PATHS;
   const folders = LOG_FOLDERS.map((folder) => `"${logs}/${folder}"`).join(' ');
+  // Harbor's convention folder /logs/artifacts is emptied too: each step's artifacts are its own.
+  const artifacts = `"${logs}/artifacts"`;
   const emptied = await environment.exec(handle, {
-    command: `find ${folders} -mindepth 1 -delete && rm -rf "${tests}"`,
+    command: `find ${folders} -mindepth 1 -delete && rm -rf "${tests}" && { [ ! -d ${artifacts} ] || find ${artifacts} -mindepth 1 -delete; }`,
     user: '0',
   });
   if (emptied.exitCode !== 0) throw new Error(`could not empty ${folders}: ${emptied.stderr.trim()}`);

@@ -72,6 +72,9 @@ describe('multi-step tasks ([[steps]])', () => {
     // The task's artifacts, collected after each step: the file as each step left it.
     assert.equal(await stepFile('two-step', 'create', 'artifacts', 'app', 'notes.txt'), 'first\n');
     assert.equal(await stepFile('two-step', 'extend', 'artifacts', 'app', 'notes.txt'), 'first\nsecond\n');
+    // Harbor's /logs/artifacts holds what each step published, and only that.
+    assert.equal(await stepFile('two-step', 'create', 'artifacts', 'logs', 'artifacts', 'published.txt'), 'create\n');
+    assert.equal(await stepFile('two-step', 'extend', 'artifacts', 'logs', 'artifacts', 'published.txt'), 'extend\n');
     const log = await readFile(path.join(trialDir('two-step'), 'trial.log'), 'utf8');
     assert.match(log, /step extend \(2 of 2\)/);
     // Each step's own limit (60 s for create, the task's 600 s for extend), times the job's timeout_multiplier.

@@ -16,6 +16,7 @@ import { testTemporal } from './support/temporal';
 
 let dir: string;
 let initRun: CliRun;
+let stepsInitRun: CliRun;
 let skeletonCheck: CliRun;
 let datasetCheck: CliRun;
 
@@ -38,7 +39,8 @@ describe('rollout tasks init and check', () => {
     await testTemporal().then(({ connection }) => connection.close());
     dir = await mkdtemp(path.join(tmpdir(), 'rollout-tasks-check-'));
     initRun = await runCli(['tasks', 'init', 'my-task'], { cwd: dir });
-    skeletonCheck = await runCli(['tasks', 'check', 'my-task'], { cwd: dir });
+    stepsInitRun = await runCli(['tasks', 'init', 'steps-task', '--steps'], { cwd: dir });
+    skeletonCheck = await runCli(['tasks', 'check', 'my-task', 'steps-task'], { cwd: dir });
 
     const dataset = path.join(dir, 'dataset');
     await cp(path.join(dir, 'my-task'), path.join(dataset, 'good'), { recursive: true });
@@ -63,10 +65,13 @@ describe('rollout tasks init and check', () => {
     assert.match(initRun.stdout, /rollout tasks check my-task/);
   });
 
-  it('the skeleton passes the check: the oracle scores 1, doing nothing does not', () => {
+  it('the skeletons (single- and multi-step) pass the check: the oracle scores 1, doing nothing does not', async () => {
+    assert.equal(stepsInitRun.code, 0, stepsInitRun.stderr);
+    assert.ok((await readdir(path.join(dir, 'steps-task', 'steps'))).includes('extend'));
     assert.equal(skeletonCheck.code, 0, skeletonCheck.stdout + skeletonCheck.stderr);
     assert.match(row(skeletonCheck, 'my-task'), /ok\s+ok\s+1\s+0\s+pass$/);
-    assert.match(skeletonCheck.stdout, /1 of 1 tasks pass/);
+    assert.match(row(skeletonCheck, 'steps-task'), /ok\s+ok\s+1\s+0\s+pass$/);
+    assert.match(skeletonCheck.stdout, /2 of 2 tasks pass/);
   });
 
   it('init refuses a folder that is not empty (exit 2, naming it)', async () => {

@@ -53,6 +53,23 @@ const LLM_CALLS = [
   },
 ];
 
+const timing = (from: number, to: number) => ({
+  started_at: new Date(Date.UTC(2026, 0, 5, 10, 0, from)).toISOString(),
+  finished_at: new Date(Date.UTC(2026, 0, 5, 10, 0, to)).toISOString(),
+});
+const MULTI_STEP_RESULTS = [
+  { name: 'one', rewards: { reward: 1 }, error: null, agent_exit_code: 0, execute: timing(1, 2), verify: timing(2, 3) },
+  {
+    name: 'two',
+    rewards: { reward: 0.25 },
+    error: null,
+    agent_exit_code: 0,
+    execute: timing(3, 4),
+    verify: timing(4, 5),
+    below_min_reward: 'reward = 0.25 is below min_reward 0.5',
+  },
+];
+
 function demoTrials(): FixtureTrial[] {
   const trials: FixtureTrial[] = [];
   for (const task of ['alpha', 'beta', 'gamma', 'delta'])
@@ -63,6 +80,8 @@ function demoTrials(): FixtureTrial[] {
         attempt,
         rewards: { reward: task === 'delta' && attempt < 3 ? 0 : 1 },
         extra: {
+          // A multi-step task's trial (task.toml [[steps]]).
+          ...(task === 'alpha' && attempt === 2 ? { step_results: MULTI_STEP_RESULTS } : {}),
           usage: { n_llm_calls: 1, input_tokens: 812, output_tokens: 40, cached_tokens: 512, cost_usd: 0.0021 },
           agent: { name: 'solver', version: '1.2.0', model: 'scripted-model' },
         },
@@ -70,6 +89,12 @@ function demoTrials(): FixtureTrial[] {
           'agent/execute.txt': `solving ${task}\n`,
           'verifier/test-stdout.txt': 'PASS\n',
           'trial.log': '[verify] rewards\n',
+          ...(task === 'alpha' && attempt === 2
+            ? {
+                'steps/one/verifier/test-stdout.txt': 'step one PASS\n',
+                'steps/two/verifier/test-stdout.txt': 'FAIL\n',
+              }
+            : {}),
           ...(task === 'alpha' && attempt === 1
             ? {
                 'agent/trajectory.json': JSON.stringify(ATIF),
@@ -271,6 +296,19 @@ describe('rollout view in a browser', () => {
       (await texts('#llm-calls tbody tr'))[0] ?? '',
       /^1 2026-01-05T10:00:03Z openai-chat scripted-model 200 930 812 512 40/
     );
+  });
+
+  it("shows a multi-step task's steps: a timeline row for each step's execute and verify, and their rewards", async () => {
+    await visit(`${server.url}jobs/demo/trials/alpha__solver__2`, 'trial-multi-step');
+    const rows = await texts('#timeline tbody tr th');
+    assert.deepEqual(
+      rows.filter((row) => /^(execute|verify)/.test(row)),
+      ['execute · one', 'execute · two', 'verify · one', 'verify · two']
+    );
+    assert.deepEqual(await texts('#task-steps tbody tr'), [
+      'one {"reward":1}',
+      'two {"reward":0.25} stopped: reward = 0.25 is below min_reward 0.5',
+    ]);
   });
 
   it('answers a missing page with 404', async () => {

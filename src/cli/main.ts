@@ -315,8 +315,9 @@ export function buildProgram(): Command {
   tasks
     .command('init <dir>')
     .description('a task skeleton (task.toml, instruction, Dockerfile, solution, tests) that passes `tasks check`')
-    .action(async (dir: string) => {
-      await initTask(dir);
+    .option('--steps', 'a multi-step task ([[steps]], each in steps/<name>/ with its instruction, solution and tests)')
+    .action(async (dir: string, opts: { steps?: boolean }) => {
+      await initTask(dir, { steps: opts.steps });
     });
 
   program

@@ -199,19 +199,65 @@ fi
 `,
 };
 
-/** `rollout tasks init <dir>`: a task that passes `rollout tasks check`; an existing non-empty folder is refused. */
-export async function initTask(dir: string): Promise<void> {
+const stepScripts = (step: string, check: string, solve: string) => ({
+  [`steps/${step}/solution/solve.sh`]: `#!/bin/bash\n# Step ${step}'s reference solution (the oracle runs it).\nset -euo pipefail\n\n${solve}\n`,
+  [`steps/${step}/tests/test.sh`]: `#!/bin/bash
+# Runs after step ${step}'s agent; writes this step's reward to /logs/verifier/reward.txt.
+
+if ${check}; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+`,
+});
+
+/**
+ * A multi-step task (Harbor's layout: steps/<name>/ with its instruction, solution and tests), whose second step
+ * builds on the first's file.
+ */
+const STEPS_SKELETON: Record<string, string> = {
+  'task.toml': `# The trial's reward from its steps' rewards: "mean" (per key, over the steps that ran) or "final" (the last step's).
+multi_step_reward_strategy = "mean"
+${SKELETON['task.toml']}
+[[steps]]
+name = "create"
+# The next step builds on this one: stop the trial here when its reward is below 1.
+min_reward = 1.0
+
+[[steps]]
+name = "extend"
+`,
+  'environment/Dockerfile': SKELETON['environment/Dockerfile']!,
+  'steps/create/instruction.md': 'Create a file called /app/hello.txt with "Hello" as its content.\n',
+  ...stepScripts('create', '[ "$(cat /app/hello.txt 2>/dev/null)" = "Hello" ]', 'echo "Hello" > /app/hello.txt'),
+  'steps/extend/instruction.md': 'Append a line "world" to /app/hello.txt.\n',
+  ...stepScripts(
+    'extend',
+    '[ "$(cat /app/hello.txt 2>/dev/null)" = "$(printf \'Hello\\nworld\')" ]',
+    'echo "world" >> /app/hello.txt'
+  ),
+};
+
+/**
+ * `rollout tasks init <dir> [--steps]`: a task (a multi-step one with --steps) that passes `rollout tasks check`; an
+ * existing non-empty folder is refused.
+ */
+export async function initTask(dir: string, { steps = false }: { steps?: boolean } = {}): Promise<void> {
   const entries = await readdir(dir).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return [];
     throw new InputError([{ file: dir, message: `cannot read it (${err.code ?? err.message})` }]);
   });
   if (entries.length) throw new InputError([{ file: dir, message: 'not empty: a task skeleton needs a new folder' }]);
-  for (const [file, content] of Object.entries(SKELETON)) {
+  for (const [file, content] of Object.entries(steps ? STEPS_SKELETON : SKELETON)) {
     const target = path.join(dir, file);
     await mkdir(path.dirname(target), { recursive: true });
     await writeFile(target, content);
     if (file.endsWith('.sh')) await chmod(target, 0o755);
   }
-  console.log(`task skeleton in ${dir}: edit instruction.md, environment/, solution/ and tests/, then`);
+  const edit = steps
+    ? "task.toml's [[steps]], environment/ and steps/<name>/"
+    : 'instruction.md, environment/, solution/ and tests/';
+  console.log(`task skeleton in ${dir}: edit ${edit}, then`);
   console.log(`  rollout tasks check ${dir}`);
 }

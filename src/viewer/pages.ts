@@ -2,6 +2,7 @@
 import type { RewardMetrics } from '../results/job-stats';
 import { meanEstimate } from '../results/statistics';
 import { STEPS } from '../trial/types';
+import type { StepTiming, TaskStepResult } from '../trial/types';
 import type { EvalView, JobSummary, TrialFilter, TrialRow, UsageTotals } from './data';
 import { cellKey, errorLevel, matrixOf } from './data';
 import type { LinkContext, VNode } from './html';
@@ -722,13 +723,21 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
   const start = Date.parse(result.started_at);
   const end = Math.max(Date.parse(result.finished_at), start + 1);
   const span = end - start;
-  const steps = STEPS.flatMap((step) => {
-    const timing = result.steps[step];
+  const row = (step: string, timing: StepTiming | null | undefined, failed: boolean) => {
     if (!timing) return [];
     const from = Date.parse(timing.started_at);
     const to = timing.finished_at ? Date.parse(timing.finished_at) : end;
-    return [{ step, from: from - start, duration: Math.max(0, to - from) }];
-  });
+    return [{ step, from: from - start, duration: Math.max(0, to - from), failed }];
+  };
+  const taskSteps = result.step_results ?? [];
+  // A multi-step task's execute and verify: one row per step of the task.
+  const steps = STEPS.flatMap((step) =>
+    (step === 'execute' || step === 'verify') && taskSteps.length
+      ? taskSteps.flatMap((taskStep) =>
+          row(`${step} · ${taskStep.name}`, taskStep[step], taskStep.error?.step === step)
+        )
+      : row(step, result.steps[step], result.error?.step === step)
+  );
   return html`<div id="timeline">
     <h2>Lifecycle <span class="muted">${fmt(span / 1000, 1)} s</span></h2>
     <table class="timeline">
@@ -741,7 +750,7 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
               <td class="num">${fmt(s.duration / 1000, 2)} s</td>
               <td class="track">
                 <span
-                  class=${`bar ${result.error?.step === s.step ? 'failed' : ''}`}
+                  class=${`bar ${s.failed ? 'failed' : ''}`}
                   style=${`left:${(s.from / span) * 100}%;width:${Math.max(0.5, (s.duration / span) * 100)}%`}
                 ></span>
               </td>
@@ -749,7 +758,35 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
         )}
       </tbody>
     </table>
+    ${taskSteps.length ? taskStepsTable(taskSteps) : null}
   </div>`;
+}
+
+/** A multi-step task's steps: rewards, and what ended a step early. */
+function taskStepsTable(taskSteps: TaskStepResult[]): VNode {
+  return html`<table id="task-steps">
+    <thead>
+      <tr>
+        <th>step</th>
+        <th>rewards</th>
+        <th>error</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${taskSteps.map(
+        (taskStep) =>
+          html`<tr>
+            <th>${taskStep.name}</th>
+            <td>${taskStep.rewards ? JSON.stringify(taskStep.rewards) : 'none'}</td>
+            <td>
+              ${taskStep.error ? `${taskStep.error.type}: ${taskStep.error.message}` : ''}${
+                taskStep.below_min_reward ? `stopped: ${taskStep.below_min_reward}` : ''
+              }
+            </td>
+          </tr>`
+      )}
+    </tbody>
+  </table>`;
 }
 
 export function notFoundPage(ctx: LinkContext, message: string): string {
