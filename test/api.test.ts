@@ -1,13 +1,15 @@
 /**
  * The library API (`import { Rollout } from 'rollout'`) against the tests' real Temporal server, with real workers,
  * on the `local` environment so containers do not dominate: submit, stream, cancel, single trials, and a consumer
- * that restarts and still gets every result exactly once.
+ * that restarts, or whose process is killed, and still gets every result.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { execFile, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
 
 import { InputError, Rollout } from 'rollout';
 import type { JobConfig } from 'rollout';
@@ -15,6 +17,7 @@ import type { JobConfig } from 'rollout';
 import { localWorkers, writeLocalJob } from './support/local-job';
 import { TEST_ADDRESS, TEST_HOST_ID } from './support/temporal';
 import { testTemporal } from './support/temporal';
+import { waitFor } from './support/wait';
 
 const suffix = randomBytes(3).toString('hex');
 
@@ -132,6 +135,45 @@ describe('library API across a consumer restart', () => {
       assert.equal(new Set([...taken, ...rest]).size, 8);
       const delivered = (await readFile(path.join(job.dir, 'delivered', 'trainer.jsonl'), 'utf8')).trim().split('\n');
       assert.equal(delivered.length, 8);
+    } finally {
+      for (const worker of workers.workers) worker.shutdown();
+      await running;
+      await workers.connection.close();
+    }
+  });
+
+  it("delivers, in the trainer's next process, the results of trials that finished after its last was killed", async () => {
+    const workers = await localWorkers({ hostId: `${TEST_HOST_ID}-api`, maxTrials: 4 });
+    const running = Promise.all(workers.workers.map((w) => w.run()));
+    try {
+      // Two waves of four trials: the consumer is killed during the first, the second finishes while none runs.
+      const { dir: _dir, ...config } = await localJob(`api-kill-${suffix}`, 8, 'sleep 2; echo ok > answer.txt');
+      const submitter = await Rollout.connect({ address: TEST_ADDRESS, worker: false });
+      const job = await submitter.submitJob(config);
+      await submitter.close();
+      const consumerArgs = [path.join(__dirname, 'support', 'results-consumer.js'), TEST_ADDRESS, config.name, 'rl'];
+      const first = spawn(process.execPath, consumerArgs, { stdio: ['ignore', 'pipe', 'inherit'] });
+      let printed = '';
+      first.stdout.on('data', (chunk: Buffer) => (printed += chunk.toString()));
+      const exited = new Promise((resolve) => first.once('exit', resolve));
+      await waitFor('the first result in the consumer process', () => printed.includes('\n'), 120_000);
+      first.kill('SIGKILL');
+      await exited;
+      const taken = printed.trim().split('\n');
+      assert.ok(taken.length < 8, `the killed consumer had every result already: ${taken.join()}`);
+      const { client, connection } = await testTemporal();
+      await client.workflow.getHandle(job.workflowId).result();
+      await connection.close();
+
+      const { stdout } = await promisify(execFile)(process.execPath, consumerArgs, { timeout: 120_000 });
+      const rest = stdout.trim().split('\n');
+      // At least once: every result the killed process went past was acknowledged; only its last may come again.
+      assert.equal(new Set(rest).size, rest.length, rest.join());
+      assert.ok(
+        taken.slice(0, -1).every((name) => !rest.includes(name)),
+        `redelivered: ${taken.join()} / ${rest.join()}`
+      );
+      assert.equal(new Set([...taken, ...rest]).size, 8);
     } finally {
       for (const worker of workers.workers) worker.shutdown();
       await running;
