@@ -14,6 +14,7 @@ import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
 import { runCli, writeOracleJob } from './support/cli';
 import { removeJobLeftovers } from './support/docker';
+import { recordHistory } from './support/histories';
 import { REPO_ROOT, testTemporal } from './support/temporal';
 
 const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'multi-step-tasks');
@@ -28,11 +29,15 @@ const stepFile = (task: string, ...parts: string[]) => readFile(path.join(trialD
 
 describe('multi-step tasks ([[steps]])', () => {
   before(async () => {
-    await testTemporal().then(({ connection }) => connection.close());
+    const { client, connection } = await testTemporal();
     dir = await mkdtemp(path.join(tmpdir(), 'rollout-multi-step-'));
     await cp(FIXTURES, path.join(dir, 'tasks'), { recursive: true });
     await writeOracleJob(dir, { name: jobName, n_concurrent_trials: 2, timeout_multiplier: 2 });
     run = await runCli(['job.yaml'], { cwd: dir });
+    // Replayed by replay.test.ts: the per-step loop, and a step that fails.
+    await recordHistory(client, `${jobName}/two-step__oracle__1`, 'trial-multi-step');
+    await recordHistory(client, `${jobName}/setup-fails__oracle__1`, 'trial-multi-step-setup-fails');
+    await connection.close();
   });
   after(async () => {
     await removeJobLeftovers(jobName);
