@@ -11,6 +11,7 @@ import { cappingErrors, heartbeatingActivity } from './context';
 import { executeAgent } from './execute';
 import { removeImage } from './images';
 import { installAgent } from './install';
+import { onHost } from './on-host';
 import { readPlanPage } from './plan';
 import { endedTrials } from './reconcile';
 import { writeJobResult, writeTrialResult } from './results';
@@ -49,6 +50,24 @@ export function createProviderActivities(deps: ActivityDeps) {
   });
 }
 
+/**
+ * The lifecycle steps a Trial runs as local activities of its workflow worker when that worker is the container's
+ * host (no activity task round trip through the server). The agent's own steps (install, execute) are not among
+ * them: they never run twice in one environment, and a local activity is run again after a worker crash.
+ */
+export function createLocalStepActivities(deps: ActivityDeps, provider: ProviderActivities) {
+  return {
+    buildEnvironment: onHost(deps, provider.buildEnvironment),
+    startEnvironment: onHost(deps, provider.startEnvironment),
+    runVerifier: onHost(deps, provider.runVerifier),
+    collectLogs: onHost(deps, provider.collectLogs),
+    stopEnvironment: onHost(deps, provider.stopEnvironment),
+    cleanupEnvironment: onHost(deps, provider.cleanupEnvironment),
+    // Also the fallback of a trial whose host is gone: run as an ordinary activity on the job queue, it runs anywhere.
+    writeTrialResult: onHost(deps, jobActivities.writeTrialResult),
+  };
+}
+
 /** Activities of the job itself, served next to the workflows. */
 export const jobActivities = cappingErrors({
   readPlanPage: heartbeatingActivity(readPlanPage),
@@ -58,4 +77,5 @@ export const jobActivities = cappingErrors({
 });
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
+export type LocalStepActivities = ReturnType<typeof createLocalStepActivities>;
 export type JobActivities = typeof jobActivities;

@@ -24,8 +24,8 @@ let client: Client;
 let connection: Connection;
 const started: { connection: NativeConnection; workers: Worker[]; running: Promise<unknown> }[] = [];
 
-async function startWorkers(hostId: string, maxTrials: number, serveWorkflows = true) {
-  const set = await localWorkers({ hostId, maxTrials, serveWorkflows });
+async function startWorkers(hostId: string, maxTrials: number, serveWorkflows = true, host = true) {
+  const set = await localWorkers({ hostId, maxTrials, serveWorkflows, host });
   const entry = { ...set, running: Promise.all(set.workers.map((w) => w.run())) };
   started.push(entry);
   return entry;
@@ -92,6 +92,18 @@ describe('orchestration on the local environment', () => {
         assert.ok(seconds > 0 && seconds <= 10, `${activity.activityType?.name}: heartbeat timeout ${seconds} s`);
       }
     }
+    // The workflow worker was the trials' host: their steps ran in it as local activities, but for the claim and the
+    // agent's own step, which stay activity tasks.
+    const trialHistory = await client.workflow.getHandle(results[0]!.workflow_id).fetchHistory();
+    const activityTasks = (trialHistory.events ?? []).flatMap(
+      (event) => event.activityTaskScheduledEventAttributes?.activityType?.name ?? []
+    );
+    assert.deepEqual(activityTasks, ['claimHost', 'executeAgent']);
+    const localSteps = (trialHistory.events ?? []).filter(
+      (event) => event.markerRecordedEventAttributes?.markerName === 'core_local_activity'
+    );
+    assert.equal(localSteps.length, 7, 'build, start, verify, collect, stop, cleanup, result');
+    await recordHistory(client, results[0]!.workflow_id, 'trial-local-steps');
     const executions = await client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
     assert.equal(executions.count, 300, 'one Trial workflow execution per trial');
   });
@@ -221,7 +233,9 @@ describe('orchestration on the local environment', () => {
       jobFile,
       'timeout_multiplier: 0.1\nverifier:\n  override_timeout_sec: 70\n  max_timeout_sec: 50\n'
     );
-    await startWorkers(`timeouts-${name}`, 1);
+    // Workflows on one worker, the trial on another: every step is an activity task on the host's queue.
+    await startWorkers(`timeouts-wf-${name}`, 1, true, false);
+    await startWorkers(`timeouts-${name}`, 1, false);
     const { handle, plan } = await submitJob(client, jobFile);
     const final = await within(120_000, 'the job to finish', handle.result());
     await stopWorkers();

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import type { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 
-import { createProviderActivities, jobActivities } from '../activities';
+import { createLocalStepActivities, createProviderActivities, jobActivities } from '../activities';
 import type { CaTrustMode } from '../src/environments/ca-trust';
 import { hostCaBundle } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
@@ -112,9 +112,11 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       Worker.create({
         ...common,
         taskQueue: JOB_TASK_QUEUE,
-        // A session's steps and liveness checks run here as local activities when this process is the container's host.
+        // A trial's lifecycle steps, a session's steps and liveness checks run here as local activities when this
+        // process is the container's host.
         activities: {
           ...jobActivities,
+          ...createLocalStepActivities(deps, activities),
           runSessionCommandHere: activities.runSessionCommandHere,
           checkSessionAliveHere: activities.checkSessionAliveHere,
         },

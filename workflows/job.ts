@@ -94,6 +94,8 @@ const DEFAULT_RECONCILE_INTERVAL_SEC = 120;
 const RECONCILE_PATCH = 'reconcile-running-trials';
 /** Jobs started before a freed slot started the next trial at once wrote results and released images first. */
 const SLOT_FIRST_PATCH = 'start-trials-before-housekeeping';
+/** Jobs started before free slots were filled together waited for each trial's start before starting the next. */
+const START_TOGETHER_PATCH = 'start-trials-together';
 const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
 const CANCEL_DRAIN_TIMEOUT = '10 minutes';
 
@@ -118,6 +120,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
   };
   let status: JobProgress['status'] = 'running';
   let dirty = true;
+  /** Trials whose start is not confirmed yet: the free slots are filled in one workflow task, not one each. */
+  const starting = new Map<string, Promise<void>>();
 
   const progress = (): JobProgress => ({
     jobName: input.jobName,
@@ -190,7 +194,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
    * running trials now and then, and count those that ended (as errors unless they returned a summary).
    */
   const reconcile = async () => {
-    const trials = Object.values(state.running);
+    // A trial whose start is not confirmed yet is not found on the server either: not ended.
+    const trials = Object.values(state.running).filter((trial) => !starting.has(trial.trialId));
     if (trials.length === 0) return;
     for (const ended of await endedTrials({ trialIds: trials.map((trial) => trial.trialId) })) {
       const running = state.running[ended.trialId];
@@ -267,6 +272,12 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     const pageSize = input.pageSize ?? DEFAULT_PAGE_SIZE;
     const runningCount = () => Object.keys(state.running).length;
     const slotFirst = patched(SLOT_FIRST_PATCH);
+    const startTogether = patched(START_TOGETHER_PATCH);
+    let startFailure: Error | null = null;
+    const allStarted = async () => {
+      await Promise.all(starting.values());
+      if (startFailure) throw startFailure;
+    };
     let housekeeping: Promise<void> | null = null;
     let housekeepingFailure: Error | null = null;
     /** Writes the result (again while trials keep finishing) and releases images, unless already under way. */
@@ -280,8 +291,10 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     };
     const continueAsNewIfLong = async () => {
       if (housekeepingFailure) throw housekeepingFailure;
+      if (startFailure) throw startFailure;
       const { continueAsNewSuggested, historyLength } = workflowInfo();
       if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
+        await allStarted();
         await housekeeping;
         throw new ContinueAsNew();
       }
@@ -332,7 +345,14 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
           count(finished);
         } else {
           await untilSlotFree();
-          await startTrial(spec);
+          if (startTogether) {
+            const start = startTrial(spec)
+              .catch((err: unknown) => void (startFailure ??= err instanceof Error ? err : new Error(String(err))))
+              .finally(() => starting.delete(spec.trialId));
+            starting.set(spec.trialId, start);
+          } else {
+            await startTrial(spec);
+          }
           env.running += 1;
           state.running[spec.trialId] = {
             trialId: spec.trialId,
@@ -355,6 +375,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
         await checkpoint();
       }
     }
+    await allStarted();
     // The tail: keep results fresh and images released while the last trials finish.
     while (runningCount() > 0) {
       await waitForTrials(() => dirty);

@@ -6,7 +6,6 @@
  */
 import type { ActivityOptions } from '@temporalio/workflow';
 import {
-  ActivityFailure,
   ApplicationFailure,
   CancellationScope,
   allHandlersFinished,
@@ -21,7 +20,6 @@ import {
 import type { ProviderActivities } from '../activities';
 import type { SessionCommandInput } from '../activities/session';
 import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-types';
-import { NOT_THIS_HOST } from '../src/trial/session-types';
 import { primaryReward } from '../src/results/job-stats';
 import { providerQueue } from '../src/temporal/queues';
 import type { EnvironmentHandle } from '../src/trial/types';
@@ -32,6 +30,7 @@ import {
   sessionRecordQuery,
   sessionStepUpdate,
 } from './session-messages';
+import { notRunHere } from './local-steps';
 
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;
@@ -264,15 +263,6 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     });
   }
   return record;
-}
-
-/** The local step was not run: another worker than the host took it, or one without local steps registered. */
-function notRunHere(err: unknown): boolean {
-  return (
-    err instanceof ActivityFailure &&
-    err.cause instanceof ApplicationFailure &&
-    (err.cause.type === NOT_THIS_HOST || err.cause.type === 'NotFoundError')
-  );
 }
 
 /** An activity failure's own message (the cause), not Temporal's wrapper. */

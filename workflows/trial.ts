@@ -12,13 +12,14 @@ import {
   isCancellation,
   log,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   upsertSearchAttributes,
   setCurrentDetails,
   sleep,
 } from '@temporalio/workflow';
 
-import type { ProviderActivities, JobActivities } from '../activities';
+import type { JobActivities, LocalStepActivities, ProviderActivities } from '../activities';
 import type { WrittenTrialResult } from '../activities/results';
 import { primaryReward } from '../src/results/job-stats';
 import { retryWaitMs } from '../src/trial/retry';
@@ -47,6 +48,8 @@ import type {
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES, trialStatus } from '../src/trial/types';
 import type { TrialState } from './messages';
 import { trialFinishedSignal, trialStateQuery } from './messages';
+import type { StepPlacement } from './local-steps';
+import { placeSteps, preferHere } from './local-steps';
 
 /** Extra time a step's activity gets over the limit enforced inside it: Temporal's timeout is only a backstop. */
 const GRACE_SEC = 60;
@@ -69,11 +72,12 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   // Across restarts: every host's image must be released, and every failed clean-up reported.
   const builtImages: BuiltImage[] = [];
   const cleanupErrors: CleanupError[] = [];
+  const placement: StepPlacement = { hostQueue: null, here: false };
   let retries = 0;
 
   try {
     for (;;) {
-      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors });
+      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors, placement });
       if (!outcome.restart) {
         // job.yaml `retry`: a task error the user chose to retry (e.g. a rate limit) runs the trial again.
         const wait = retryWaitMs(spec.retry, outcome.error, retries);
@@ -133,7 +137,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
 
   await CancellationScope.nonCancellable(async () => {
     // Histories recorded before the gateway returned nothing here.
-    const usage = (await writeResult(spec, state.hostQueue, result))?.usage;
+    const usage = (await writeResult(spec, state.hostQueue, result, placement))?.usage;
     if (usage) summary.usage = usage;
     const reward = primaryReward(result.rewards);
     upsertSearchAttributes([
@@ -181,7 +185,11 @@ async function runOnce(
   spec: TrialSpec,
   state: TrialState,
   steps: Partial<Record<StepName, StepTiming>>,
-  { builtImages, cleanupErrors }: { builtImages: BuiltImage[]; cleanupErrors: CleanupError[] }
+  {
+    builtImages,
+    cleanupErrors,
+    placement,
+  }: { builtImages: BuiltImage[]; cleanupErrors: CleanupError[]; placement: StepPlacement }
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
   const { claimHost } = proxyActivities<ProviderActivities>({
@@ -192,7 +200,8 @@ async function runOnce(
   });
   const { hostQueue, hostBound } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
   state.hostQueue = hostQueue;
-  const host = hostActivities(spec, hostQueue, hostBound ?? true);
+  placeSteps(placement, hostQueue, hostBound ?? true);
+  const host = hostActivities(spec, hostQueue, hostBound ?? true, placement);
 
   const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
     state.step = name;
@@ -310,9 +319,10 @@ async function releaseEnvironment(
 
 /**
  * The lifecycle activities, bound to the host queue (or the shared provider queue when the environment is not bound
- * to a host), each with a timeout derived from the trial's limits.
+ * to a host), each with a timeout derived from the trial's limits. All but the agent's own steps run as local
+ * activities while this workflow worker is the host (see local-steps.ts), with the same timeouts and retries.
  */
-function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean) {
+function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean, placement: StepPlacement) {
   const base: ActivityOptions = {
     taskQueue: hostQueue,
     heartbeatTimeout: HEARTBEAT_TIMEOUT_MS,
@@ -325,20 +335,42 @@ function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean) 
   const once = { maximumAttempts: 1 };
   const proxy = (seconds: number, retry: ActivityOptions['retry']) =>
     proxyActivities<ProviderActivities>({ ...base, startToCloseTimeout: (seconds + GRACE_SEC) * 1000, retry });
+  const here = (seconds: number) =>
+    proxyLocalActivities<LocalStepActivities>({ startToCloseTimeout: (seconds + GRACE_SEC) * 1000, retry: retried });
   const { timeouts } = spec;
   return {
-    buildEnvironment: proxy(timeouts.build, retried).buildEnvironment,
-    startEnvironment: proxy(timeouts.start, retried).startEnvironment,
+    buildEnvironment: preferHere(
+      placement,
+      here(timeouts.build).buildEnvironment,
+      proxy(timeouts.build, retried).buildEnvironment
+    ),
+    startEnvironment: preferHere(
+      placement,
+      here(timeouts.start).startEnvironment,
+      proxy(timeouts.start, retried).startEnvironment
+    ),
     installAgent: proxy(timeouts.install, once).installAgent,
     executeAgent: proxy(timeouts.execute, once).executeAgent,
-    runVerifier: proxy(timeouts.verify, retried).runVerifier,
-    collectLogs: proxy(timeouts.collect, retried).collectLogs,
-    stopEnvironment: proxy(timeouts.stop, retried).stopEnvironment,
-    cleanupEnvironment: proxy(timeouts.cleanup, retried).cleanupEnvironment,
+    runVerifier: preferHere(placement, here(timeouts.verify).runVerifier, proxy(timeouts.verify, retried).runVerifier),
+    collectLogs: preferHere(
+      placement,
+      here(timeouts.collect).collectLogs,
+      proxy(timeouts.collect, retried).collectLogs
+    ),
+    stopEnvironment: preferHere(
+      placement,
+      here(timeouts.stop).stopEnvironment,
+      proxy(timeouts.stop, retried).stopEnvironment
+    ),
+    cleanupEnvironment: preferHere(
+      placement,
+      here(timeouts.cleanup).cleanupEnvironment,
+      proxy(timeouts.cleanup, retried).cleanupEnvironment
+    ),
     /** A multi-step task's step, under its own limits. */
     forTaskStep: ({ prepare, execute, verify }: TaskStepSpec['timeouts']) => ({
       executeAgent: proxy(prepare + execute, once).executeAgent,
-      runVerifier: proxy(verify, retried).runVerifier,
+      runVerifier: preferHere(placement, here(verify).runVerifier, proxy(verify, retried).runVerifier),
     }),
   };
 }
@@ -420,7 +452,8 @@ async function runTaskSteps(
 async function writeResult(
   spec: TrialSpec,
   hostQueue: string | null,
-  result: TrialResult
+  result: TrialResult,
+  placement: StepPlacement
 ): Promise<WrittenTrialResult | undefined> {
   const options = {
     startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS,
@@ -433,8 +466,12 @@ async function writeResult(
       taskQueue: hostQueue,
       scheduleToStartTimeout: 30_000,
     });
+    const here = proxyLocalActivities<LocalStepActivities>({
+      startToCloseTimeout: HOUSEKEEPING_TIMEOUT_MS,
+      retry: { maximumAttempts: 3 },
+    });
     try {
-      return await onHost.writeTrialResult({ spec, result });
+      return await preferHere(placement, here.writeTrialResult, onHost.writeTrialResult)({ spec, result });
     } catch {
       // The host is gone: fall through to any worker.
     }

@@ -59,6 +59,8 @@ export async function localWorkers(options: {
   hostId: string;
   maxTrials: number;
   serveWorkflows?: boolean;
+  /** False: workflows only, hosting no trial (every step then runs on another worker's host queue). */
+  host?: boolean;
   address?: string;
 }) {
   const address = options.address ?? TEST_ADDRESS;
@@ -68,7 +70,7 @@ export async function localWorkers(options: {
     address,
     namespace: 'default',
     hostId: options.hostId,
-    environmentTypes: ['local'],
+    environmentTypes: options.host === false ? [] : ['local'],
     maxTrials: options.maxTrials,
     serveWorkflows: options.serveWorkflows ?? true,
   });
