@@ -40,6 +40,8 @@ const environment = new DockerEnvironment({ hostId, deployment });
 const scratch: string[] = [];
 let image: string;
 let handle: EnvironmentHandle;
+/** What the first start reported as not enforced (the storage limit, on a daemon that cannot take it). */
+let firstUnenforced: string[] = [];
 
 async function scratchDir(): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-docker-test-'));
@@ -223,6 +225,7 @@ describe('DockerEnvironment', () => {
       })
     );
     handle = started.handle;
+    firstUnenforced = started.unenforced;
     const info = await docker.getContainer(handle.id).inspect();
     assert.equal(info.HostConfig.NanoCpus, 5e8);
     assert.equal(info.HostConfig.Memory, 256 * 2 ** 20);
@@ -347,7 +350,9 @@ describe('DockerEnvironment', () => {
     const { image: noBash } = await environment.build(
       await contextWith('FROM debian:bookworm-slim\nRUN rm /usr/bin/bash /bin/bash 2>/dev/null; ! test -e /bin/bash\n')
     );
-    const { handle: shOnly } = await environment.start(startRequest('no-bash', { image: noBash }));
+    const { handle: shOnly, unenforced } = await environment.start(startRequest('no-bash', { image: noBash }));
+    // A daemon that cannot take the storage limit is not asked again, and every later start still says so.
+    assert.deepEqual(unenforced, firstUnenforced);
     const result = await environment.exec(shOnly, {
       command: 'echo "${BASH_VERSION:-no bash}"; sleep 306',
       timeoutMs: 800,

@@ -476,14 +476,21 @@ export class DockerEnvironment implements Environment {
 
   /** Docker refuses a limit above the host's CPU count; a task asking for more gets all of them. */
   private async nanoCpus(cpus: number): Promise<number> {
-    this.hostCpus ??= ((await this.docker.info()) as { NCPU: number }).NCPU;
+    if (this.hostCpus === undefined) {
+      const info = (await this.docker.info()) as { NCPU: number; Driver?: string; DriverStatus?: string[][] };
+      this.hostCpus = info.NCPU;
+      // overlay2 takes a size limit only on xfs (with pquota): on any other backing filesystem the daemon refuses
+      // it, so a trial's create is not tried with one first.
+      const backing = info.DriverStatus?.find(([key]) => key === 'Backing Filesystem')?.[1];
+      if (info.Driver === 'overlay2' && backing !== undefined && backing !== 'xfs') this.storageOptUnsupported = true;
+    }
     return Math.round(Math.min(cpus, this.hostCpus) * 1e9);
   }
 
   /**
    * Creates the trial's container; its name is the trial's, so a container an earlier, crashed attempt left on this
    * host is in the way: it is removed (by label) and the create tried again. A daemon that refused a storage limit
-   * once (overlay2 needs xfs with pquota for it) is not asked again.
+   * once, or cannot take one (see nanoCpus), is not asked again; the limit is reported as not enforced.
    */
   private async createContainer(
     options: Docker.ContainerCreateOptions,
@@ -498,7 +505,8 @@ export class DockerEnvironment implements Environment {
         return this.docker.createContainer(createOptions);
       }
     };
-    if (storageBytes <= 0 || this.storageOptUnsupported) return { container: await create(options), unenforced: [] };
+    if (storageBytes <= 0) return { container: await create(options), unenforced: [] };
+    if (this.storageOptUnsupported) return { container: await create(options), unenforced: ['storage'] };
     const size = `${Math.round(storageBytes)}`;
     const withStorage = { ...options, HostConfig: { ...options.HostConfig, StorageOpt: { size } } };
     try {
