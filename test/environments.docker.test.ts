@@ -4,7 +4,7 @@
  * uploads, downloads that never follow links or leave the target folder, and removal by label.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, lstat, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -251,6 +251,36 @@ describe('DockerEnvironment', () => {
       user: 'nobody',
     });
     assert.equal(files.stdout, 'do "it" now, ünïcode\na bundle\n644\n');
+    // Bind-mounted read-only from the host (no archive to extract): not even root changes them.
+    const rewrite = await environment.exec(handle, { command: 'echo changed > /rollout/instruction.md', user: '0' });
+    assert.notEqual(rewrite.exitCode, 0);
+    assert.ok(info.HostConfig.Binds?.some((bind) => bind.endsWith(':/rollout/instruction.md:ro')));
+  });
+
+  it('puts the files in with an archive when the daemon does not see the host files it was given to mount', async () => {
+    // The daemon makes a missing bind source a folder: a folder where the copy should be stands for a daemon elsewhere.
+    const cache = await scratchDir();
+    const text = `instruction ${randomBytes(4).toString('hex')}`;
+    const digest = createHash('sha256').update(text).digest('hex');
+    await mkdir(path.join(cache, 'container-files', digest), { recursive: true });
+    const previous = process.env.ROLLOUT_CACHE_DIR;
+    process.env.ROLLOUT_CACHE_DIR = cache;
+    const elsewhere = new DockerEnvironment({ hostId, deployment });
+    try {
+      for (const trial of ['remote-1', 'remote-2']) {
+        const { handle: started } = await elsewhere.start(
+          startRequest(trial, { files: [{ containerPath: '/rollout/instruction.md', text }] })
+        );
+        const read = await elsewhere.exec(started, { command: 'cat /rollout/instruction.md', user: 'nobody' });
+        assert.equal(read.stdout, text);
+        const info = await docker.getContainer(started.id).inspect();
+        assert.deepEqual(info.HostConfig.Binds ?? [], [], 'no bind mounts once the daemon did not see one');
+        await elsewhere.stop(started);
+      }
+    } finally {
+      if (previous === undefined) delete process.env.ROLLOUT_CACHE_DIR;
+      else process.env.ROLLOUT_CACHE_DIR = previous;
+    }
   });
 
   it('runs commands with output, exit code, variables, working directory and user', async () => {
