@@ -251,16 +251,28 @@ describe('DockerEnvironment', () => {
       user: 'nobody',
     });
     assert.equal(files.stdout, 'do "it" now, ünïcode\na bundle\n644\n');
-    // Bind-mounted read-only from the host (no archive to extract): not even root changes them.
-    const rewrite = await environment.exec(handle, { command: 'echo changed > /rollout/instruction.md', user: '0' });
-    assert.notEqual(rewrite.exitCode, 0);
-    assert.ok(info.HostConfig.Binds?.some((bind) => bind.endsWith(':/rollout/instruction.md:ro')));
+    // No archive to extract: the host file is bind-mounted read-only (not even root changes it), the text written by
+    // the setup exec (a later step may write it again, as a multi-step task's next instruction).
+    assert.deepEqual(
+      info.HostConfig.Binds?.map((bind) => bind.replace(/^.*:(\/.*):ro$/, '$1')),
+      ['/usr/local/share/rollout/ca.crt']
+    );
+    const readOnly = await environment.exec(handle, { command: 'echo x > /usr/local/share/rollout/ca.crt', user: '0' });
+    assert.notEqual(readOnly.exitCode, 0);
+    const writable = await environment.exec(handle, { command: 'echo next > /rollout/instruction.md', user: '0' });
+    assert.equal(writable.exitCode, 0);
+    const now = await environment.exec(handle, {
+      command: 'cat /usr/local/share/rollout/ca.crt /rollout/instruction.md',
+    });
+    assert.equal(now.stdout, 'a bundle\nnext\n');
   });
 
   it('puts the files in with an archive when the daemon does not see the host files it was given to mount', async () => {
     // The daemon makes a missing bind source a folder: a folder where the copy should be stands for a daemon elsewhere.
     const cache = await scratchDir();
-    const text = `instruction ${randomBytes(4).toString('hex')}`;
+    const text = `bundle ${randomBytes(4).toString('hex')}`;
+    const hostPath = path.join(cache, 'bundle.crt');
+    await writeFile(hostPath, text);
     const digest = createHash('sha256').update(text).digest('hex');
     await mkdir(path.join(cache, 'container-files', digest), { recursive: true });
     const previous = process.env.ROLLOUT_CACHE_DIR;
@@ -269,10 +281,19 @@ describe('DockerEnvironment', () => {
     try {
       for (const trial of ['remote-1', 'remote-2']) {
         const { handle: started } = await elsewhere.start(
-          startRequest(trial, { files: [{ containerPath: '/rollout/instruction.md', text }] })
+          startRequest(trial, {
+            files: [
+              { containerPath: '/usr/local/share/rollout/bundle.crt', hostPath },
+              // Too long a text for the setup exec's environment: in the archive too.
+              { containerPath: '/rollout/long.md', text: 'x'.repeat(100_000) },
+            ],
+          })
         );
-        const read = await elsewhere.exec(started, { command: 'cat /rollout/instruction.md', user: 'nobody' });
-        assert.equal(read.stdout, text);
+        const read = await elsewhere.exec(started, {
+          command: 'cat /usr/local/share/rollout/bundle.crt; echo; wc -c < /rollout/long.md',
+          user: 'nobody',
+        });
+        assert.equal(read.stdout, `${text}\n100000\n`);
         const info = await docker.getContainer(started.id).inspect();
         assert.deepEqual(info.HostConfig.Binds ?? [], [], 'no bind mounts once the daemon did not see one');
         await elsewhere.stop(started);

@@ -90,7 +90,7 @@ export class DockerEnvironment implements Environment {
   private readonly shells = new Map<string, string>();
   private hostCpus: number | undefined;
   private storageOptUnsupported = false;
-  /** Start files are bind-mounted (see boundFiles) until a container did not find them. */
+  /** Host files are bind-mounted into containers (see placeFiles) until a container did not find them. */
   private bindFiles = true;
   /** Trials this process started on a single container (no compose project): cleanup need not look for networks. */
   private readonly loneContainerTrials = new Set<string>();
@@ -368,8 +368,8 @@ export class DockerEnvironment implements Environment {
       await this.removeTrial(request.trialId); // a project of an earlier, crashed attempt
       const id = await this.startCompose(request, composeFile, main, labels);
       const handle = { id, workdir };
-      await this.putFiles(handle, request);
-      await this.setUp(handle, request.setup, []);
+      await this.putFiles(handle, request.files);
+      await this.setUp(handle, request.setup, { bound: [], written: [] });
       for (const user of request.users ?? []) await this.assertUser(handle, user);
       // Compose's storage_opt fails as --storage-opt does on overlay2 without quotas; not tried.
       return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
@@ -391,21 +391,16 @@ export class DockerEnvironment implements Environment {
         ...(gpus.length ? { DeviceRequests: gpus } : {}),
       },
     };
-    const bound = await this.boundFiles(request.files ?? []);
-    if (bound.length)
-      options.HostConfig!.Binds = bound.map(({ hostPath, containerPath }) => `${hostPath}:${containerPath}:ro`);
+    const files = await this.placeFiles(request.files ?? []);
+    if (files.bound.length) {
+      options.HostConfig!.Binds = files.bound.map(({ hostPath, containerPath }) => `${hostPath}:${containerPath}:ro`);
+    }
     const { container, unenforced } = await this.createContainer(options, request.resources.storageBytes);
     if (!request.role) this.loneContainerTrials.add(request.trialId);
     await startContainer(container);
     const handle = { id: container.id, workdir };
-    if (!bound.length) await this.putFiles(handle, request);
-    if (
-      !(await this.setUp(
-        handle,
-        request.setup,
-        bound.map((file) => file.containerPath)
-      ))
-    ) {
+    await this.putFiles(handle, files.archived);
+    if (!(await this.setUp(handle, request.setup, files))) {
       // The daemon does not see this host's files (it runs elsewhere, or this worker in a container of its own):
       // from now on they are put in with an archive.
       this.bindFiles = false;
@@ -417,15 +412,22 @@ export class DockerEnvironment implements Environment {
   }
 
   /**
-   * A start's files as host files to bind-mount read-only: the daemon's archive extraction (it re-executes itself to
-   * unpack in the container) costs 50–150 ms per trial, a bind mount next to nothing. Content-addressed copies in the
-   * host cache, mode 0644, so every user in the container reads them. None where the daemon is not local.
+   * Where a start's files come from. The daemon's archive extraction (it re-executes itself to unpack in the
+   * container) costs 50–150 ms per trial, so: a host file is bind-mounted read-only (a content-addressed copy in the
+   * host cache, mode 0644) where the daemon is local; a text the size of an instruction is written by the setup exec
+   * (passed in its environment); only what is left goes in an archive.
    */
-  private async boundFiles(files: StartFile[]): Promise<{ hostPath: string; containerPath: string }[]> {
-    if (!files.length || !this.bindFiles || !this.daemonAddress().startsWith('/')) return [];
-    return Promise.all(
-      files.map(async (file) => ({ hostPath: await hostCopy(file), containerPath: file.containerPath }))
-    );
+  private async placeFiles(files: StartFile[]): Promise<FilePlacement> {
+    const placement: FilePlacement = { bound: [], written: [], archived: [] };
+    const canBind = this.bindFiles && this.daemonAddress().startsWith('/');
+    for (const file of files) {
+      if ('text' in file && Buffer.byteLength(file.text) <= WRITTEN_FILE_MAX_BYTES && !file.text.includes('\0')) {
+        placement.written.push({ containerPath: file.containerPath, text: file.text });
+      } else if ('hostPath' in file && canBind) {
+        placement.bound.push({ containerPath: file.containerPath, hostPath: await hostCopy(file) });
+      } else placement.archived.push(file);
+    }
+    return placement;
   }
 
   /**
@@ -550,35 +552,44 @@ export class DockerEnvironment implements Environment {
     }
   }
 
-  private async putFiles(handle: EnvironmentHandle, request: StartRequest): Promise<void> {
-    if (!request.files?.length) return;
-    await this.docker.getContainer(handle.id).putArchive(packedFiles(request.files), { path: '/' });
+  private async putFiles(handle: EnvironmentHandle, files: StartFile[] | undefined): Promise<void> {
+    if (!files?.length) return;
+    await this.docker.getContainer(handle.id).putArchive(packedFiles(files), { path: '/' });
   }
 
   /**
-   * One exec as root: /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as; the
-   * caller's setup; and which shell the container has (bash when the image has it, else sh), for later execs.
+   * One exec as root: the start files it writes (and a check that the bound ones are there); /logs/agent and
+   * /logs/verifier, writable by whichever user the agent and the tests run as; the caller's setup; and which shell the
+   * container has (bash when the image has it, else sh), for later execs. False when a bound file is missing.
    */
-  private async setUp(handle: EnvironmentHandle, setup: string | undefined, boundFiles: string[]): Promise<boolean> {
-    // A bind mount whose source the daemon does not have shows as an empty folder: then the files must be put in.
-    const boundCheck = boundFiles.length
-      ? [`for f in ${boundFiles.map(shellQuote).join(' ')}; do [ -f "$f" ] || exit ${BOUND_FILES_MISSING}; done`]
-      : [];
+  private async setUp(
+    handle: EnvironmentHandle,
+    setup: string | undefined,
+    files: Pick<FilePlacement, 'bound' | 'written'>
+  ): Promise<boolean> {
+    const bound = files.bound.map(({ containerPath }) => shellQuote(containerPath));
     const command = [
-      ...boundCheck,
+      // A bind mount whose source the daemon does not have shows as an empty folder: then the files must be put in.
+      ...(bound.length ? [`for f in ${bound.join(' ')}; do [ -f "$f" ] || exit ${BOUND_FILES_MISSING}; done`] : []),
+      ...files.written.map(({ containerPath }, index) => {
+        const file = shellQuote(containerPath);
+        const folder = shellQuote(path.posix.dirname(containerPath));
+        return `mkdir -p ${folder} && printf '%s' "$ROLLOUT_START_FILE_${index}" > ${file} && chmod 644 ${file}`;
+      }),
       'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
       ...(setup ? [setup] : []),
       'if [ -x /bin/bash ]; then echo /bin/bash; else echo /bin/sh; fi',
     ].join(' && ');
+    const env = files.written.map(({ text }, index) => `ROLLOUT_START_FILE_${index}=${text}`);
     let result: { exitCode: number | null; stdout: string; stderr: string };
     try {
-      result = await this.collectExec(handle.id, { Cmd: ['/bin/sh', '-c', command], User: '0' });
+      result = await this.collectExec(handle.id, { Cmd: ['/bin/sh', '-c', command], Env: env, User: '0' });
     } catch (err) {
       // An image that cannot run a shell never could host a trial: a start error, not a broken environment.
       if (err instanceof TaskEnvironmentError) throw new TaskEnvironmentError('EnvironmentStartError', err.message);
       throw err;
     }
-    if (boundFiles.length && result.exitCode === BOUND_FILES_MISSING) return false;
+    if (bound.length && result.exitCode === BOUND_FILES_MISSING) return false;
     if (result.exitCode !== 0) {
       throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the container: ${result.stderr}`);
     }
@@ -589,7 +600,7 @@ export class DockerEnvironment implements Environment {
   /** Runs a command of Rollout's own to its end, with its output. */
   private async collectExec(
     containerId: string,
-    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'User'>
+    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'Env' | 'User'>
   ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
     const { exec, stream } = await this.startExec(containerId, options);
     const stdout = new OutputTail();
@@ -1075,6 +1086,15 @@ function packedFiles(files: StartFile[]): NodeJS.ReadableStream {
 
 /** The setup exec's exit code when a bind-mounted start file is not a file in the container. */
 const BOUND_FILES_MISSING = 86;
+/** A text start file up to this size goes through the setup exec's environment (the kernel allows 128 KiB a value). */
+const WRITTEN_FILE_MAX_BYTES = 64 * 1024;
+
+/** How a start's files get into the container (see placeFiles). */
+interface FilePlacement {
+  bound: { hostPath: string; containerPath: string }[];
+  written: { containerPath: string; text: string }[];
+  archived: StartFile[];
+}
 
 /** A start file's content in the host cache, named by its digest, readable by all (the container's users too). */
 async function hostCopy(file: StartFile): Promise<string> {

@@ -126,7 +126,8 @@ export interface StartRequest {
   users?: string[];
   /**
    * Files put in place before start returns (the instruction, a CA bundle), in one transfer where the environment
-   * can: each a container file path and its text or the host file to copy.
+   * can: each a container file path and its text or the host file to copy. A host file may be mounted read-only
+   * (docker): one that a later step writes again must be given as text.
    */
   files?: StartFile[];
   /** A shell command run as root once the files are in place, in the same round trip as the environment's setup. */
