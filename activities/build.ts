@@ -3,12 +3,11 @@ import path from 'node:path';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
-import { separateVerifierEnvironment } from '../src/task/schema';
-import { taskAtStep } from '../src/task/steps';
+import { taskComposeFile } from '../src/environments/docker-compose';
 import type { TrialSpec } from '../src/trial/types';
+import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
-import { verifierBuild } from './verify';
 
 export interface BuildInput {
   spec: TrialSpec;
@@ -28,10 +27,19 @@ export function buildEnvironment(deps: ActivityDeps) {
     const task = await loadTrialTask(spec);
     await log(spec, 'build', `building environment ${spec.envKey} on ${deps.hostId}`);
     const output: string[] = [];
+    const contextDir = path.join(task.dir, 'environment');
+    const verifiers = await verifierBuilds(task, {
+      force: spec.forceBuild,
+      jobName: spec.jobName,
+      mainEnvKey: spec.envKey,
+    });
+    // Images built for this one (a separate verifier's, compose sidecars') are released with the job's reference.
+    const referenced = verifiers.length > 0 || (await taskComposeFile(contextDir)) !== null;
     try {
       const result = await heartbeating((signal) =>
         deps.environment(spec.environmentType).build({
-          contextDir: path.join(task.dir, 'environment'),
+          contextDir,
+          referenced,
           envKey: spec.envKey,
           dockerImage: task.config.environment.docker_image,
           force: spec.forceBuild,
@@ -43,15 +51,14 @@ export function buildEnvironment(deps: ActivityDeps) {
         })
       );
       await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);
-      // A multi-step task's steps may each have their own.
-      const views = task.steps.length ? task.steps.map((step) => taskAtStep(task, step.name)) : [task];
-      for (const view of views) {
-        if (!separateVerifierEnvironment(view.config) || spec.environmentType !== 'docker') continue;
-        // Built now rather than in the verify step, whose time limit is the tests'.
-        const verifier = await heartbeating(async (signal) =>
-          deps.environment(spec.environmentType).build(await verifierBuild(spec, view, signal))
-        );
-        await log(spec, 'build', `separate verifier image ${verifier.image}`);
+      if (spec.environmentType === 'docker') {
+        for (const verifier of verifiers) {
+          // Built now rather than in the verify step, whose time limit is the tests'.
+          const built = await heartbeating((signal) =>
+            deps.environment(spec.environmentType).build({ ...verifier, signal })
+          );
+          await log(spec, 'build', `separate verifier image ${built.image}`);
+        }
       }
       return result;
     } catch (err) {

@@ -3,17 +3,18 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { environmentKey } from '../src/environments/env-key';
-import type { BuildRequest, Environment } from '../src/environments/environment';
+import type { Environment } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
+import { runHealthcheck } from '../src/environments/healthcheck';
 import { CollectBudget } from '../src/environments/host-files';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
-import { separateVerifierNetwork, UnsupportedNetworkError } from '../src/task/policy';
+import { separateVerifierNetwork, unsupportedNeed, UnsupportedNetworkError } from '../src/task/policy';
 import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
 import { taskAtStep } from '../src/task/steps';
 import type { CollectedArtifact } from '../src/trial/artifacts';
-import { collectArtifacts, placeArtifacts, runCollectHooks } from '../src/trial/artifacts';
+import { collectArtifacts, placeArtifacts } from '../src/trial/artifacts';
+import { verifierBuild } from '../src/trial/verifier-build';
 
 import { CONTAINER_PATHS } from '../src/agents/agent';
 import { readReward } from '../src/trial/reward';
@@ -95,11 +96,13 @@ export interface VerifyInput {
 }
 
 /**
- * Step 5. Shared (the default): a clean /logs/verifier (whatever the agent wrote there is removed), tests/ copied to
- * /tests, test.sh run from the working directory with its output in /logs/verifier/test-stdout.txt, then the reward
- * read (printed by the same exec; copied out when that output cannot be trusted). Separate (Harbor's `verifier.environment_mode`): the collect hooks run, the artifacts are copied out of the
- * agent's environment, and test.sh runs in an environment of its own, built from tests/ (which owns /tests), holding
- * only those artifacts; its /logs/verifier then replaces the agent environment's, where collect finds it.
+ * Step 5. First, in either mode, Harbor's collection pass: the collect hooks run and the artifacts (/logs/artifacts
+ * always) are copied out of the agent's environment into the trial's artifacts/. Shared (the default): a clean
+ * /logs/verifier (whatever the agent wrote there is removed), tests/ copied to /tests, test.sh run from the working
+ * directory with its output in /logs/verifier/test-stdout.txt, then the reward read (printed by the same exec; copied
+ * out when that output cannot be trusted). Separate (Harbor's `verifier.environment_mode`): test.sh runs in an
+ * environment of its own, built from tests/ (which owns /tests), healthy, holding only those artifacts; its
+ * /logs/verifier then replaces the agent environment's, where collect finds it.
  */
 export function runVerifier(deps: ActivityDeps) {
   return async function runVerifier({ spec, handle, taskStep }: VerifyInput): Promise<Rewards> {
@@ -108,26 +111,47 @@ export function runVerifier(deps: ActivityDeps) {
     const separate = separateVerifierEnvironment(task.config);
     const timeoutSec = taskStep ? taskStepSpec(spec, taskStep).timeouts.verify : spec.timeouts.verify;
     return heartbeating(async (signal) => {
-      const collect = async () => {
-        const report = (message: string) => log(spec, 'verify', message);
-        await runCollectHooks(environment, handle, task.config.verifier.collect, signal, report);
-        // A multi-step task's are collected after each step, into steps/<name>/artifacts (Harbor's layout).
-        const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
-        const artifactsDir = path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts');
-        const budget = new CollectBudget(spec.collectLimits);
-        return collectArtifacts(environment, handle, task.config.artifacts, artifactsDir, budget);
-      };
+      // Harbor's collection pass, before the tests in either mode (a multi-step task's after each step, into
+      // steps/<name>/artifacts, Harbor's layout).
+      const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+      const steps = spec.multiStep?.steps ?? [];
+      // The agent's environment has no further use in separate mode (on a multi-step task's last step): main is
+      // stopped before the sidecars' evidence is taken, as Harbor does; its /logs/verifier is emptied first for the
+      // verifier's, copied there later.
+      const lastUse = separate && (!taskStep || steps.at(-1)?.name === taskStep);
+      let mainStopped = false;
+      const collected = await collectArtifacts(environment, handle, {
+        hooks: task.config.verifier.collect,
+        entries: task.config.artifacts,
+        hostDir: path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts'),
+        budget: new CollectBudget(spec.collectLimits),
+        signal,
+        report: (message) => log(spec, 'verify', message),
+        ...(lastUse
+          ? {
+              beforeSidecars: async () => {
+                await resetVerifierLogs(environment, handle, signal, false);
+                await environment.stop(handle);
+                mainStopped = true;
+              },
+            }
+          : {}),
+      });
       if (!separate) {
         await resetVerifierLogs(environment, handle, signal, true);
         // A step's own tests/ over the task's shared one.
         for (const dir of task.testsDirs) await environment.upload(handle, dir, '/tests');
-        const rewards = await test(environment, handle, spec, task, timeoutSec, signal, 'shared');
-        // Harbor collects them after verification in shared mode.
-        if (task.config.artifacts.length || task.config.verifier.collect.length) await collect();
-        return rewards;
+        return test(environment, handle, spec, task, timeoutSec, signal, 'shared');
       }
-      const collected = await collect();
-      return verifySeparately(deps, environment, { spec, handle }, task, collected, timeoutSec, signal);
+      return verifySeparately(
+        deps,
+        environment,
+        { spec, handle },
+        task,
+        collected,
+        { timeoutSec, mainStopped },
+        signal
+      );
     });
   };
 }
@@ -138,7 +162,7 @@ async function verifySeparately(
   { spec, handle }: VerifyInput,
   task: Task,
   collected: CollectedArtifact[],
-  timeoutSec: number,
+  { timeoutSec, mainStopped }: { timeoutSec: number; mainStopped: boolean },
   signal: AbortSignal
 ): Promise<Rewards> {
   const config = separateVerifierEnvironment(task.config)!;
@@ -148,7 +172,15 @@ async function verifySeparately(
   }
   let verifier: EnvironmentHandle;
   try {
-    const { image } = await environment.build(await verifierBuild(spec, task, signal));
+    const unsupported = unsupportedNeed({ ...task.config, environment: config });
+    if (unsupported) throw new TaskEnvironmentError('EnvironmentStartError', unsupported);
+    const build = await verifierBuild(task, {
+      force: spec.forceBuild,
+      jobName: spec.jobName,
+      signal,
+      mainEnvKey: spec.envKey,
+    });
+    const { image } = await environment.build(build!);
     const resources = taskResources(config);
     ({ handle: verifier } = await environment.start({
       image,
@@ -162,7 +194,12 @@ async function verifySeparately(
       role: 'verifier',
       network: separateVerifierNetwork(task.config, config),
       users: task.config.verifier.user === undefined ? [] : [task.config.verifier.user],
+      gpus: resources.gpus,
     }));
+    if (config.healthcheck) {
+      const { attempts } = await runHealthcheck(environment, verifier, config.healthcheck, signal);
+      await log(spec, 'verify', `verifier healthcheck passed (attempt ${attempts}): ${config.healthcheck.command}`);
+    }
   } catch (err) {
     if (err instanceof TaskEnvironmentError)
       throw taskFailure(err.type, `separate verifier environment: ${err.message}`);
@@ -177,30 +214,11 @@ async function verifySeparately(
     );
     await placeArtifacts(environment, verifier, collected);
     const rewards = await test(environment, verifier, spec, task, timeoutSec, signal, 'separate');
-    await copyVerifierLogs(environment, verifier, handle, signal);
+    await copyVerifierLogs(environment, verifier, handle, mainStopped ? null : signal);
     return rewards;
   } finally {
     await environment.remove(verifier);
   }
-}
-
-/**
- * The build of a separate verifier's image (from tests/; a step's own tests/ when it has one, as Harbor builds it), as
- * a part of the trial's main image.
- */
-export async function verifierBuild(spec: TrialSpec, task: Task, signal?: AbortSignal): Promise<BuildRequest> {
-  const config = separateVerifierEnvironment(task.config)!;
-  const contextDir = task.testsDirs.at(-1) ?? path.join(task.dir, 'tests');
-  return {
-    contextDir,
-    envKey: await environmentKey(contextDir, config.docker_image),
-    dockerImage: config.docker_image,
-    force: spec.forceBuild,
-    jobName: spec.jobName,
-    timeoutMs: config.build_timeout_sec * 1000,
-    signal,
-    partOf: spec.envKey,
-  };
 }
 
 async function resetVerifierLogs(
@@ -212,7 +230,8 @@ async function resetVerifierLogs(
   const { logs, tests } = CONTAINER_PATHS;
   const folders = withTests ? `"${logs}/verifier" "${tests}"` : `"${logs}/verifier"`;
   const reset = await environment.exec(handle, {
-    command: `rm -rf ${folders} && mkdir -p ${folders} && chmod 777 "${logs}/verifier"`,
+    // Emptied rather than replaced: a compose task may mount a volume there (HOST_VERIFIER_LOGS_PATH).
+    command: `mkdir -p ${folders} && find ${folders} -mindepth 1 -delete && chmod 777 "${logs}/verifier"`,
     user: '0',
     signal,
   });
@@ -258,17 +277,20 @@ async function test(
   return reward.rewards;
 }
 
-/** The separate verifier's /logs/verifier into the agent's environment, where the collect step takes it from. */
+/**
+ * The separate verifier's /logs/verifier into the agent's environment, where the collect step takes it from (a
+ * stopped container takes files too). `resetWith` null: the agent's /logs/verifier was emptied before main stopped.
+ */
 async function copyVerifierLogs(
   environment: Environment,
   from: EnvironmentHandle,
   to: EnvironmentHandle,
-  signal: AbortSignal
+  resetWith: AbortSignal | null
 ): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-verifier-logs-'));
   try {
     await environment.download(from, '/logs/verifier', dir);
-    await resetVerifierLogs(environment, to, signal, false);
+    if (resetWith) await resetVerifierLogs(environment, to, resetWith, false);
     await environment.upload(to, dir, '/logs/verifier');
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -37,7 +37,7 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
   before(async () => {
     await testTemporal().then(({ connection }) => connection.close());
     dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
-    for (const task of ['compose-sidecar', 'separate-verifier']) {
+    for (const task of ['compose-sidecar', 'separate-verifier', 'compose-infra', 'verifier-gpu']) {
       await cp(path.join(FIXTURES, task), path.join(dir, 'tasks', task), { recursive: true });
     }
     // Two attempts of each task, two trials at a time: two projects of one compose task run side by side.
@@ -59,7 +59,36 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
       // [environment.env] reached main literally ($HOME not interpolated by compose), and only this trial's store.
       const output = await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8');
       assert.equal(output.trim(), 'store holds: from-main-$HOME');
+      // /logs/artifacts is collected although the task declares no artifacts (Harbor's convention).
+      assert.equal(
+        await readFile(path.join(trialDir, 'artifacts', 'logs', 'artifacts', 'stored.txt'), 'utf8'),
+        'stored\n'
+      );
     }
+  });
+
+  it("sets Harbor's compose infra variables: the main image, limits, context and the artifacts folder mount", async () => {
+    const trialDir = path.join(dir, 'jobs', jobName, 'compose-infra__oracle__1');
+    const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
+    const output = await readFile(path.join(trialDir, 'verifier', 'test-stdout.txt'), 'utf8');
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    assert.deepEqual(result.rewards, { reward: 1 }, output);
+    const helper = path.join(dir, 'tasks', 'compose-infra', 'environment');
+    assert.equal(output.trim(), `helper: cpus=1 memory=1024M context=${helper} into=/logs/artifacts`);
+    // What the sidecar wrote there is main's, so it is collected with main's /logs/artifacts.
+    const collected = await readFile(path.join(trialDir, 'artifacts', 'logs', 'artifacts', 'helper.txt'), 'utf8');
+    assert.equal(collected, output.trim().replace(/^helper: /, '') + '\n');
+  });
+
+  it("checks a separate verifier environment's gpus as the main one's", async () => {
+    const trialDir = path.join(dir, 'jobs', jobName, 'verifier-gpu__oracle__1');
+    const result = JSON.parse(await readFile(path.join(trialDir, 'result.json'), 'utf8')) as TrialResult;
+    assert.equal(result.error?.type, 'EnvironmentStartError');
+    assert.equal(result.error?.step, 'verify');
+    assert.match(
+      result.error?.message ?? '',
+      /^separate verifier environment: task.toml environment.gpus = 1, and this Docker host has no GPUs/
+    );
   });
 
   it('verifies in a separate environment holding only the artifacts (from main, a sidecar, a collect hook)', async () => {
@@ -69,12 +98,19 @@ describe('docker-compose environments (Docker Compose v2 CLI)', () => {
     assert.equal(result.error, null, JSON.stringify(result.error));
     assert.deepEqual(result.rewards, { reward: 1 }, testOutput);
     assert.match(testOutput, /ok: \/data\/hook.txt/);
+    // Harbor's order: main's hook ran while main was up; the sidecar's after main was stopped.
+    assert.match(testOutput, /ok: \/tmp\/main-hook.txt/);
+    assert.match(testOutput, /ok: \/data\/main-state.txt/);
     // The artifacts are in the trial folder too, mirroring their source paths.
     const artifact = (file: string) => readFile(path.join(trialDir, 'artifacts', file), 'utf8');
     assert.equal(await artifact('tmp/configured.txt'), 'configured\n');
     assert.equal(await artifact('logs/artifacts/answer.txt'), 'published\n');
     assert.equal(await artifact('data/kept'), 'from-main\n');
     await assert.rejects(artifact('tmp/agent-only.txt'), { code: 'ENOENT' });
+    // An artifact's exclude patterns (tar's): neither the log nor the cache folder was copied.
+    assert.equal(await artifact('app/out/keep.txt'), 'keep\n');
+    await assert.rejects(artifact('app/out/debug.log'), { code: 'ENOENT' });
+    await assert.rejects(artifact('app/out/cache'), { code: 'ENOENT' });
   });
 
   it("removes every container, network, volume and image (sidecars' and the verifier's too) of the job", async () => {
@@ -132,7 +168,7 @@ describe('docker-compose projects, at the environment level', () => {
     image = built.image;
   });
   after(async () => {
-    for (const trial of ['labels', 'unhealthy']) await environment.removeTrial(`${envJob}/${trial}`);
+    for (const trial of ['labels', 'orphans', 'unhealthy']) await environment.removeTrial(`${envJob}/${trial}`);
     await environment.removeImage(image);
     await removeJobLeftovers(envJob);
   });
@@ -165,6 +201,21 @@ describe('docker-compose projects, at the environment level', () => {
     assert.deepEqual(await docker.listContainers({ all: true, ...byProject }), []);
     assert.deepEqual(await docker.listNetworks(byProject), []);
     assert.deepEqual((await docker.listVolumes(byProject)).Volumes ?? [], []);
+  });
+
+  it("the janitor finds a trial's network and volume left without containers, and removes them", async () => {
+    await start('orphans');
+    const trial = { filters: { label: [`${LABEL_TRIAL}=${envJob}/orphans`] } };
+    // A crash between the removal of the containers and of the rest.
+    for (const container of await docker.listContainers({ all: true, ...trial })) {
+      await docker.getContainer(container.Id).remove({ force: true });
+    }
+    assert.equal((await docker.listNetworks(trial)).length, 1);
+    const held = (await environment.heldEnvironments()).filter((item) => item.trialId === `${envJob}/orphans`);
+    assert.equal(held.length, 1);
+    await environment.remove({ id: held[0]!.id, workdir: '/' });
+    assert.deepEqual(await docker.listNetworks(trial), []);
+    assert.deepEqual((await docker.listVolumes(trial)).Volumes ?? [], []);
   });
 
   it('a sidecar that never becomes healthy is a start error of the task, and nothing of it is left', async () => {

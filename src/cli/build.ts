@@ -10,6 +10,7 @@ import path from 'node:path';
 import { DockerEnvironment } from '../environments/docker';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement } from '../environments';
+import type { BuildRequest } from '../environments/environment';
 import { TaskEnvironmentError } from '../environments/environment';
 import { InputError } from '../errors';
 import { loadJobDatasets } from '../job/datasets';
@@ -18,6 +19,7 @@ import { jobFiles, readJson } from '../results/files';
 import type { ResolvedJob } from '../job/load';
 import type { Task } from '../task/load';
 import { loadDataset } from '../task/load';
+import { verifierBuilds } from '../trial/verifier-build';
 import { formatDuration } from './progress';
 
 export interface BuildOptions {
@@ -28,30 +30,41 @@ export interface BuildOptions {
 
 /** One image to build: the first task that needs it names it. */
 interface EnvironmentBuild {
-  envKey: string;
   task: Task;
   tasks: number;
-  timeoutMs: number;
+  request: BuildRequest;
 }
 
 /** `rollout build`: 0 when every environment is there, 1 when any failed to build (each named with its reason). */
 export async function buildEnvironments(target: string, options: BuildOptions): Promise<number> {
   if (!existsSync(target)) throw new InputError([{ file: target, message: 'no such job file or dataset folder' }]);
   const { tasks, timeoutMultiplier } = await tasksOf(target);
+  const builder = `rollout-build/${new Date().toISOString()}`;
   const builds = new Map<string, EnvironmentBuild>();
-  for (const task of tasks) {
-    const envKey = await environmentKey(path.join(task.dir, 'environment'), task.config.environment.docker_image);
-    const known = builds.get(envKey);
+  const add = (task: Task, request: BuildRequest) => {
+    const known = builds.get(request.envKey);
     if (known) known.tasks += 1;
-    else {
-      const timeoutMs = task.config.environment.build_timeout_sec * timeoutMultiplier * 1000;
-      builds.set(envKey, { envKey, task, tasks: 1, timeoutMs });
+    else builds.set(request.envKey, { task, tasks: 1, request });
+  };
+  for (const task of tasks) {
+    const contextDir = path.join(task.dir, 'environment');
+    const envKey = await environmentKey(contextDir, task.config.environment.docker_image);
+    const common = { force: options.force, jobName: builder };
+    add(task, {
+      ...common,
+      contextDir,
+      envKey,
+      dockerImage: task.config.environment.docker_image,
+      timeoutMs: task.config.environment.build_timeout_sec * timeoutMultiplier * 1000,
+    });
+    // A separate verifier's image too (Harbor builds it from tests/): a part of the main one, as a job builds it.
+    for (const verifier of await verifierBuilds(task, { ...common, mainEnvKey: envKey, timeoutMultiplier })) {
+      add(task, verifier);
     }
   }
 
   const docker = new DockerEnvironment({ hostId: options.hostId, deployment: 'rollout-build' });
   await docker.ping();
-  const builder = `rollout-build/${new Date().toISOString()}`;
   const parallel = options.parallel ?? Math.max(1, Math.min(4, availableParallelism()));
   const progress = new BuildProgress(builds.size, tasks.length, parallel);
   const failures: string[] = [];
@@ -62,14 +75,7 @@ export async function buildEnvironments(target: string, options: BuildOptions): 
       const startedAt = Date.now();
       progress.started();
       try {
-        const { image, fresh } = await docker.prebuild({
-          contextDir: path.join(build.task.dir, 'environment'),
-          envKey: build.envKey,
-          dockerImage: build.task.config.environment.docker_image,
-          force: options.force,
-          jobName: builder,
-          timeoutMs: build.timeoutMs,
-        });
+        const { image, fresh } = await docker.prebuild(build.request);
         const how = fresh ? `built in ${formatDuration(Date.now() - startedAt)}` : 'already built';
         progress.finished(`${image} (${build.task.name}${build.tasks > 1 ? ` +${build.tasks - 1}` : ''}): ${how}`);
       } catch (err) {

@@ -5,7 +5,7 @@
  * through the real Docker Compose v2 CLI (`docker compose`), one project, and so one network, per trial.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -63,9 +63,59 @@ export function projectName(trialName: string, trialId: string): string {
   return `rollout-${readable}-${digest}`;
 }
 
+/** Harbor's legacy log-folder variables (HOST_/ENV_<name>_PATH) and the folder of main each stands for. */
+const LOG_FOLDERS = { AGENT_LOGS: '/logs/agent', VERIFIER_LOGS: '/logs/verifier', ARTIFACTS: '/logs/artifacts' };
+
+/** What Harbor's compose infra variables stand for in one trial (or one build). */
+export interface ComposeInfra {
+  /** environment/: CONTEXT_DIR. */
+  contextDir: string;
+  /** The main image: MAIN_IMAGE_NAME, and PREBUILT_IMAGE_NAME when it is the task's docker_image (no Dockerfile). */
+  mainImage: string;
+  prebuilt: boolean;
+  cpus: number;
+  memoryBytes: number;
+  /** The task's [environment.env] (and the instruction): interpolation sees them, below the infra variables. */
+  taskEnv?: Record<string, string>;
+}
+
+/**
+ * Harbor's compose infra variables, as it sets them (`ComposeInfraEnvVars`, `legacy_log_mount_env_vars`), so task
+ * compose files that interpolate them come up: CONTEXT_DIR, MAIN_IMAGE_NAME, PREBUILT_IMAGE_NAME, CPUS, MEMORY and
+ * HOST_/ENV_{AGENT_LOGS,VERIFIER_LOGS,ARTIFACTS}_PATH. Harbor bind-mounts host folders of the trial there; Rollout
+ * copies logs out instead, so HOST_<name>_PATH names a volume of the trial's project, mounted on main's folder too
+ * (a sidecar that writes to it writes into main's /logs/artifacts, as under Harbor) — only for the variables the
+ * task's compose file uses, so other tasks' /logs stay plain folders.
+ */
+export async function composeInfra(
+  composeFile: string,
+  infra: ComposeInfra
+): Promise<{ variables: Record<string, string>; volumes: Record<string, string> }> {
+  const text = await readFile(composeFile, 'utf8');
+  const variables: Record<string, string> = {
+    ...infra.taskEnv,
+    CONTEXT_DIR: path.resolve(infra.contextDir),
+    MAIN_IMAGE_NAME: infra.mainImage,
+    ...(infra.prebuilt ? { PREBUILT_IMAGE_NAME: infra.mainImage } : {}),
+    CPUS: `${Math.max(1, Math.round(infra.cpus))}`,
+    MEMORY: `${Math.round(infra.memoryBytes / 2 ** 20)}M`,
+  };
+  const volumes: Record<string, string> = {};
+  for (const [name, folder] of Object.entries(LOG_FOLDERS)) {
+    variables[`ENV_${name}_PATH`] = folder;
+    if (!new RegExp(`\\bHOST_${name}_PATH\\b`).test(text)) continue;
+    const volume = `rollout-${name.toLowerCase().replace(/_/g, '-')}`;
+    variables[`HOST_${name}_PATH`] = volume;
+    volumes[volume] = folder;
+  }
+  return { variables, volumes };
+}
+
 export interface ComposeContext {
   /** DOCKER_HOST for the CLI: the daemon the environment's dockerode talks to. */
   dockerHost: string;
+  /** Harbor's infra variables the compose file may interpolate (over the worker's), and the volumes they name. */
+  infra?: { variables: Record<string, string>; volumes: Record<string, string> };
   signal: AbortSignal;
   onOutput?: (line: string) => void;
 }
@@ -162,7 +212,12 @@ async function resolvedModel(
   main: Record<string, unknown>,
   context: ComposeContext
 ): Promise<ComposeModel> {
-  const base = { services: { [MAIN_SERVICE]: main } };
+  const volumes = context.infra?.volumes ?? {};
+  const mounts = Object.entries(volumes).map(([name, folder]) => `${name}:${folder}`);
+  const base = {
+    services: { [MAIN_SERVICE]: mounts.length ? { ...main, volumes: mounts } : main },
+    ...(mounts.length ? { volumes: Object.fromEntries(Object.keys(volumes).map((name) => [name, {}])) } : {}),
+  };
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-compose-'));
   try {
     const baseFile = path.join(dir, 'rollout-main.json');
@@ -173,7 +228,7 @@ async function resolvedModel(
     const tail = new LineTail(OUTPUT_LINES);
     const exitCode = await runCommand('docker', ['compose', ...args, 'config', '--format', 'json'], {
       signal: context.signal,
-      env: { DOCKER_HOST: context.dockerHost },
+      env: { ...context.infra?.variables, DOCKER_HOST: context.dockerHost },
       onOutput: (text) => tail.add(text),
       onStdout: (text) => (stdout += text),
     });

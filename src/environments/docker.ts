@@ -43,6 +43,7 @@ import {
 import { LineTail, runCommand } from './cli-command';
 import {
   buildSidecars,
+  composeInfra,
   composeUp,
   LABEL_COMPOSE_PROJECT,
   serviceFilter,
@@ -58,6 +59,8 @@ const DOCKERFILE_FRONTEND = 'rollout-dockerfile-frontend:1.4.3';
 /** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
 const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 const SNAPSHOT_REPOSITORY = 'rollout-agent';
+/** heldEnvironments' id for a trial's networks and volumes left without containers. */
+const ORPHANS_OF = 'orphans-of:';
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
 /** Lines of build output kept for the error message of a failed build. */
@@ -126,9 +129,9 @@ export class DockerEnvironment implements Environment {
    */
   async build(request: BuildRequest): Promise<BuildResult> {
     const resolved = await this.sharedBuild(request);
-    if (!resolved.built) return resolved;
-    if (request.partOf) return { image: resolved.image, built: false };
-    const reference = `${resolved.image}-${this.jobRef(request.jobName)}`;
+    if (request.partOf || (!resolved.built && !request.referenced)) return { image: resolved.image, built: false };
+    // A present docker_image with parts: referenced under the environment's own tag, so removeImage finds its parts.
+    const reference = `${resolved.built ? resolved.image : imageTag(request.envKey)}-${this.jobRef(request.jobName)}`;
     const [repo, tag] = splitTag(reference);
     await this.docker.getImage(resolved.image).tag({ repo, tag });
     return { image: reference, built: true };
@@ -251,8 +254,18 @@ export class DockerEnvironment implements Environment {
     const mainTag = imageTag(request.envKey);
     try {
       const labels = { ...this.imageLabelsOf(request), [LABEL_PART_OF]: request.envKey };
+      const prebuilt = !!request.dockerImage && !(await isFile(path.join(request.contextDir, 'Dockerfile')));
+      // Only the build sections of this model are used: the trial's limits are not known here (nor needed).
+      const infra = await composeInfra(composeFile, {
+        contextDir: request.contextDir,
+        mainImage: prebuilt ? request.dockerImage! : mainTag,
+        prebuilt,
+        cpus: 1,
+        memoryBytes: 2 ** 30,
+      });
       await buildSidecars(composeFile, mainTag, labels, {
         dockerHost: this.dockerHost(),
+        infra,
         signal,
         onOutput: request.onOutput,
         isBuilt: async (image) => {
@@ -366,13 +379,12 @@ export class DockerEnvironment implements Environment {
           : {}),
       };
       await this.removeTrial(request.trialId); // a project of an earlier, crashed attempt
-      const id = await this.startCompose(request, composeFile, main, labels);
+      const { id, unenforced } = await this.startComposeWithStorage(request, composeFile, main, labels);
       const handle = { id, workdir };
       await this.putFiles(handle, request.files);
       await this.setUp(handle, request.setup, { bound: [], written: [] });
       for (const user of request.users ?? []) await this.assertUser(handle, user);
-      // Compose's storage_opt fails as --storage-opt does on overlay2 without quotas; not tried.
-      return { handle, unenforced: request.resources.storageBytes > 0 ? ['storage'] : [] };
+      return { handle, unenforced };
     }
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId, request.role),
@@ -431,6 +443,30 @@ export class DockerEnvironment implements Environment {
   }
 
   /**
+   * Main's storage limit as compose's `storage_opt`, as createContainer does it: a daemon that refuses it (overlay2
+   * needs xfs with pquota) is not asked again, and the limit is reported unenforced.
+   */
+  private async startComposeWithStorage(
+    request: StartRequest,
+    composeFile: string,
+    main: Record<string, unknown>,
+    labels: Record<string, string>
+  ): Promise<{ id: string; unenforced: string[] }> {
+    const { storageBytes } = request.resources;
+    if (storageBytes <= 0) return { id: await this.startCompose(request, composeFile, main, labels), unenforced: [] };
+    if (!this.storageOptUnsupported) {
+      const withStorage = { ...main, storage_opt: { size: `${Math.round(storageBytes)}` } };
+      try {
+        return { id: await this.startCompose(request, composeFile, withStorage, labels), unenforced: [] };
+      } catch (err) {
+        if (!(err instanceof TaskEnvironmentError) || !STORAGE_OPT_UNSUPPORTED.test(err.message)) throw err;
+        this.storageOptUnsupported = true;
+      }
+    }
+    return { id: await this.startCompose(request, composeFile, main, labels), unenforced: ['storage'] };
+  }
+
+  /**
    * A compose project for the trial: its `main` service is the trial's container, every service healthy before
    * this returns; returns main's container id. Whatever a failed start left is removed.
    */
@@ -442,6 +478,16 @@ export class DockerEnvironment implements Environment {
   ): Promise<string> {
     const project = projectName(request.trialName, request.trialId);
     try {
+      const environmentDir = path.dirname(composeFile);
+      const infra = await composeInfra(composeFile, {
+        contextDir: environmentDir,
+        mainImage: request.image,
+        prebuilt: !(await isFile(path.join(environmentDir, 'Dockerfile'))),
+        cpus: request.resources.cpus,
+        memoryBytes: request.resources.memoryBytes,
+        // The task's [environment.env], not Rollout's own variables (the instruction).
+        taskEnv: Object.fromEntries(Object.entries(request.env).filter(([name]) => !name.startsWith('ROLLOUT_'))),
+      });
       await composeUp(
         {
           composeFile,
@@ -451,7 +497,11 @@ export class DockerEnvironment implements Environment {
           labels,
           waitTimeoutSec: COMPOSE_WAIT_TIMEOUT_SEC,
         },
-        { dockerHost: this.dockerHost(), signal: AbortSignal.timeout(COMPOSE_WAIT_TIMEOUT_SEC * 1000 + 60_000) }
+        {
+          dockerHost: this.dockerHost(),
+          infra,
+          signal: AbortSignal.timeout(COMPOSE_WAIT_TIMEOUT_SEC * 1000 + 60_000),
+        }
       );
       const [container] = await this.docker.listContainers({ filters: { label: serviceFilter(project) } });
       if (!container) throw new TaskEnvironmentError('EnvironmentStartError', `compose project ${project}: no main`);
@@ -723,6 +773,10 @@ export class DockerEnvironment implements Environment {
   }
 
   async remove(handle: EnvironmentHandle): Promise<void> {
+    if (handle.id.startsWith(ORPHANS_OF)) {
+      await this.removeTrial(handle.id.slice(ORPHANS_OF.length));
+      return;
+    }
     this.shells.delete(handle.id);
     // A compose service is part of its trial's environment: all of it (sidecars, network, volumes) goes.
     const info = await ignoreMissing(this.docker.getContainer(handle.id).inspect());
@@ -781,13 +835,28 @@ export class DockerEnvironment implements Environment {
     return containers.length;
   }
 
+  /**
+   * The trials' containers, and the networks and volumes of compose projects whose containers are gone (a crash
+   * between their removals): those stand for their trial as `ORPHANS_OF<trial id>`, which remove() takes.
+   */
   async heldEnvironments(): Promise<HeldEnvironment[]> {
-    const containers = await this.docker.listContainers({ all: true, filters: this.ownedBy(LABEL_TRIAL) });
-    return containers.map((container) => ({
+    const filters = this.ownedBy(LABEL_TRIAL);
+    const containers = await this.docker.listContainers({ all: true, filters });
+    const held = containers.map((container) => ({
       id: container.Id,
       trialId: container.Labels[LABEL_TRIAL] ?? '',
       workerId: container.Labels[LABEL_WORKER] ?? null,
     }));
+    const withContainers = new Set(held.map((h) => h.trialId));
+    const networks = await this.docker.listNetworks({ filters });
+    const { Volumes: volumes } = await this.docker.listVolumes({ filters });
+    for (const { Labels: labels } of [...networks, ...(volumes ?? [])]) {
+      const trialId = labels?.[LABEL_TRIAL];
+      if (!trialId || withContainers.has(trialId)) continue;
+      withContainers.add(trialId);
+      held.push({ id: `${ORPHANS_OF}${trialId}`, trialId, workerId: labels[LABEL_WORKER] ?? null });
+    }
+    return held;
   }
 
   readonly snapshots: InstallSnapshots = {
@@ -828,7 +897,9 @@ export class DockerEnvironment implements Environment {
   /**
    * Releases a job's reference tag (what build returned). The image itself goes only when this job built it (its
    * labels name this job and deployment) and no other job holds a reference: a job that keeps its images
-   * (`delete: false`) or still runs keeps it, and so does a container still using it (Docker refuses).
+   * (`delete: false`) or still runs keeps it, and so does a container still using it (Docker refuses). With the last
+   * job reference go the images built as its parts (compose sidecars, a separate verifier's) by jobs of this
+   * deployment, whoever built the image itself (a present docker_image, another job's); `rollout build`'s stay.
    */
   async removeImage(reference: string): Promise<boolean> {
     const info = await this.docker
@@ -845,16 +916,23 @@ export class DockerEnvironment implements Environment {
       labels[LABEL_JOB] !== undefined &&
       labels[LABEL_DEPLOYMENT] === this.owner.deployment &&
       reference === `${base}-${this.jobRef(labels[LABEL_JOB])}`;
-    const otherReferences = (info.RepoTags ?? []).filter((tag) => tag !== reference && tag !== base);
-    if (builtByThisJob && otherReferences.length === 0) {
+    const otherReferences = (info.RepoTags ?? []).filter((tag) => tag !== reference && tag.startsWith(`${base}-`));
+    if (otherReferences.length === 0) {
+      const parts = await this.docker.listImages({
+        filters: {
+          label: [
+            `${LABEL_PART_OF}=${base.slice(base.indexOf(':') + 1)}`,
+            `${LABEL_DEPLOYMENT}=${this.owner.deployment}`,
+          ],
+        },
+      });
+      for (const part of parts) if (!(await this.removeTag(part.Id))) return false;
+    }
+    const otherTags = (info.RepoTags ?? []).filter((tag) => tag !== reference && tag !== base);
+    if (builtByThisJob && otherTags.length === 0) {
       // Its install snapshots (built on top of it) go with it.
       const snapshots = await this.docker.listImages({ filters: { label: [`${LABEL_SNAPSHOT_OF}=${info.Id}`] } });
       for (const snapshot of snapshots) if (!(await this.removeTag(snapshot.Id))) return false;
-      // So do the images that belong to it (compose services, a separate verifier's).
-      const sidecars = await this.docker.listImages({
-        filters: { label: [`${LABEL_PART_OF}=${labels[LABEL_ENV_KEY] ?? ''}`] },
-      });
-      for (const sidecar of sidecars) if (!(await this.removeTag(sidecar.Id))) return false;
       // The base tag first: the reference then keeps the image until no container uses it.
       await this.removeTag(base);
     }

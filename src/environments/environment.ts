@@ -79,9 +79,14 @@ export interface BuildRequest {
   onOutput?: (line: string) => void;
   /**
    * The env key of the trial's main image when this image belongs to it (a separate verifier's): it is removed with
-   * that image, and the job gets no reference of its own to release (`built` is false).
+   * that image's last job reference, and the job gets no reference of its own to release (`built` is false).
    */
   partOf?: string;
+  /**
+   * Images will be built as parts of this one (a separate verifier's, compose sidecars'): the job gets a reference to
+   * release even for an image Rollout did not build (a present docker_image), so that its parts go with it.
+   */
+  referenced?: boolean;
   /** job.yaml's environment keys of a kubernetes environment (namespace, image_registry, ...). */
   kubernetes?: KubernetesSettings;
 }

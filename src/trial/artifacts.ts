@@ -17,21 +17,70 @@ import type { EnvironmentHandle } from './types';
 /** Where agents publish files for the verifier, collected whether declared or not (Harbor's convention). */
 export const ARTIFACTS_CONVENTION_DIR = '/logs/artifacts';
 
+/** The main service's name: the trial's container. */
+const MAIN = 'main';
+
 /** An artifact copied to the host: where it came from and where it now is. */
 export interface CollectedArtifact {
   source: string;
   hostPath: string;
 }
 
-/** Runs the collect hooks in their services; a failing hook is reported (in the result), not fatal. */
-export async function runCollectHooks(
+export interface ArtifactCollection {
+  hooks: TaskConfig['verifier']['collect'];
+  entries: ArtifactEntry[];
+  hostDir: string;
+  budget: CollectBudget;
+  signal: AbortSignal;
+  report: (message: string) => Promise<void>;
+  /**
+   * Run between the main service's pass and the sidecars' (only when there is a sidecar pass): a separate verifier's
+   * trial stops main there, as Harbor does, so nothing the agent left can touch the sidecars' evidence.
+   */
+  beforeSidecars?: () => Promise<void>;
+}
+
+/**
+ * Harbor's collection pass: the main service's collect hooks, then its artifacts (the convention folder
+ * /logs/artifacts always, unless an entry declares it), then the sidecars' hooks and artifacts. Returns what was
+ * copied into hostDir (mirroring each source path, or at its destination).
+ */
+export async function collectArtifacts(
   environment: Environment,
   handle: EnvironmentHandle,
-  hooks: TaskConfig['verifier']['collect'],
-  signal: AbortSignal,
-  report: (message: string) => Promise<void>
+  collection: ArtifactCollection
+): Promise<CollectedArtifact[]> {
+  const onMain = (service: string | null | undefined) => (service ?? MAIN) === MAIN;
+  const declaresConvention = collection.entries.some(
+    (entry) => onMain(entry.service) && entry.source.replace(/\/+$/, '') === ARTIFACTS_CONVENTION_DIR
+  );
+  const entries = declaresConvention
+    ? collection.entries
+    : [{ source: ARTIFACTS_CONVENTION_DIR, exclude: [] }, ...collection.entries];
+  const collected: CollectedArtifact[] = [];
+  const pass = async (main: boolean) => {
+    await runCollectHooks(environment, handle, collection, (hook) => onMain(hook.service) === main);
+    for (const entry of entries.filter((e) => onMain(e.service) === main)) {
+      const copied = await collectArtifact(environment, handle, entry, collection);
+      if (copied) collected.push(copied);
+    }
+  };
+  await pass(true);
+  const sidecars = [...collection.hooks, ...entries].some((item) => !onMain(item.service));
+  if (!sidecars) return collected;
+  await collection.beforeSidecars?.();
+  await pass(false);
+  return collected;
+}
+
+/** Runs the chosen collect hooks in their services; a failing hook is reported (in trial.log), not fatal. */
+async function runCollectHooks(
+  environment: Environment,
+  handle: EnvironmentHandle,
+  { hooks, signal, report }: ArtifactCollection,
+  chosen: (hook: ArtifactCollection['hooks'][number]) => boolean
 ): Promise<void> {
-  for (const hook of hooks) {
+  for (const hook of hooks.filter(chosen)) {
     const target = await serviceHandle(environment, handle, hook.service);
     const run = await environment.exec(target, {
       command: hook.command,
@@ -44,36 +93,51 @@ export async function runCollectHooks(
   }
 }
 
-/** Copies the convention folder and every declared artifact that exists into hostDir; returns what was copied. */
-export async function collectArtifacts(
+/**
+ * One artifact into the host folder, when it exists. A folder with `exclude` patterns is first copied inside its
+ * service through `tar --exclude` (Harbor's meaning of the patterns) into a scratch folder, which is then downloaded.
+ */
+async function collectArtifact(
   environment: Environment,
   handle: EnvironmentHandle,
-  entries: ArtifactEntry[],
-  hostDir: string,
-  budget: CollectBudget
-): Promise<CollectedArtifact[]> {
-  const collected: CollectedArtifact[] = [];
-  const all = [{ source: ARTIFACTS_CONVENTION_DIR, exclude: [] }, ...entries];
-  for (const entry of all) {
-    const from = await serviceHandle(environment, handle, entry.service ?? 'main');
-    const source = shellQuote(entry.source);
-    const probe = await environment.exec(from, {
-      command: `if [ -d ${source} ]; then echo dir; elif [ -e ${source} ]; then echo file; fi`,
-      user: '0',
-    });
-    const kind = probe.stdout.trim();
-    if (kind !== 'dir' && kind !== 'file') continue;
-    const hostPath = path.join(hostDir, relativeHostPath(entry.destination ?? entry.source));
-    // A folder's contents land in the target folder; a file lands inside its parent under its own name.
-    const into = kind === 'dir' ? hostPath : path.dirname(hostPath);
-    await environment.download(from, entry.source, into, budget);
-    if (kind === 'file' && path.basename(hostPath) !== path.posix.basename(entry.source)) {
-      // Renamed by its destination: download wrote it under its source name.
-      await rename(path.join(into, path.posix.basename(entry.source)), hostPath);
-    }
-    collected.push({ source: entry.source, hostPath });
+  entry: ArtifactEntry,
+  { hostDir, budget, report }: ArtifactCollection
+): Promise<CollectedArtifact | null> {
+  const from = await serviceHandle(environment, handle, entry.service ?? MAIN);
+  const hostPath = path.join(hostDir, relativeHostPath(entry.destination ?? entry.source));
+  if (entry.source === ARTIFACTS_CONVENTION_DIR && !entry.exclude.length && !entry.destination) {
+    // A folder when it exists: no probe, one transfer (every trial collects it); a missing one writes nothing.
+    await environment.download(from, entry.source, hostPath, budget);
+    return (await stat(hostPath).catch(() => undefined)) ? { source: entry.source, hostPath } : null;
   }
-  return collected;
+  const source = shellQuote(entry.source);
+  const excludes = entry.exclude.map((pattern) => shellQuote(`--exclude=${pattern}`)).join(' ');
+  const stage = excludes
+    ? `d=$(mktemp -d) && tar -C ${source} -cf - ${excludes} . | tar -C "$d" -xf - && echo "dir $d"`
+    : 'echo dir';
+  const probe = await environment.exec(from, {
+    command: `if [ -d ${source} ]; then ${stage}; elif [ -e ${source} ]; then echo file; fi`,
+    user: '0',
+  });
+  if (probe.exitCode !== 0) {
+    // Best effort, as Harbor's: the trial goes on without it.
+    await report(`artifact ${entry.source}: not collected: ${(probe.stderr || probe.stdout).trim()}`);
+    return null;
+  }
+  const [kind, staged] = probe.stdout.trim().split(' ');
+  if (kind !== 'dir' && kind !== 'file') return null;
+  // A folder's contents land in the target folder; a file lands inside its parent under its own name.
+  const into = kind === 'dir' ? hostPath : path.dirname(hostPath);
+  try {
+    await environment.download(from, staged ?? entry.source, into, budget);
+  } finally {
+    if (staged) await environment.exec(from, { command: `rm -rf ${shellQuote(staged)}`, user: '0' });
+  }
+  if (kind === 'file' && path.basename(hostPath) !== path.posix.basename(entry.source)) {
+    // Renamed by its destination: download wrote it under its source name.
+    await rename(path.join(into, path.posix.basename(entry.source)), hostPath);
+  }
+  return { source: entry.source, hostPath };
 }
 
 /** Puts each collected artifact into another environment at its source path (parents created). */
