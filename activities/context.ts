@@ -10,6 +10,7 @@ import type { TaskConfig } from '../src/task/schema';
 import type { EnvironmentHandle } from '../src/trial/types';
 import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/job/schema';
+import { trialTaskDir } from '../src/registry/trial-task';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task, TaskLoad } from '../src/task/load';
 import { loadTask } from '../src/task/load';
@@ -128,24 +129,25 @@ const TASK_FILES = ['task.toml', 'instruction.md', 'tests/test.sh', 'solution/so
  * were); a task that no longer validates is a task error, not something to retry.
  */
 export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
+  const taskDir = await trialTaskDir(spec, (line) => log(spec, 'task', line));
   const times = await Promise.all(
     TASK_FILES.map((file) =>
-      stat(path.join(spec.taskDir, file)).then(
+      stat(path.join(taskDir, file)).then(
         (info) => `${info.mtimeMs}:${info.size}`,
         () => '-'
       )
     )
   );
   const stamp = times.join(' ');
-  let cached = loadedTasks.get(spec.taskDir);
+  let cached = loadedTasks.get(taskDir);
   if (cached?.stamp !== stamp) {
-    cached = { stamp, load: loadTask(spec.taskDir) };
-    loadedTasks.delete(spec.taskDir);
+    cached = { stamp, load: loadTask(taskDir) };
+    loadedTasks.delete(taskDir);
     if (loadedTasks.size >= LOADED_TASKS_KEPT) loadedTasks.delete(loadedTasks.keys().next().value!);
-    loadedTasks.set(spec.taskDir, cached);
+    loadedTasks.set(taskDir, cached);
   }
   const load = await cached.load.catch((err: unknown) => {
-    loadedTasks.delete(spec.taskDir);
+    loadedTasks.delete(taskDir);
     throw err;
   });
   if (!load.task) {

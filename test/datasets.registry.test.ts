@@ -5,6 +5,7 @@
  * download never used, and bad registry input. Trials run on the `local` environment: containers add nothing here.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, readdir, rm, utimes, writeFile } from 'node:fs/promises';
@@ -18,7 +19,7 @@ import { selectTasks } from '../src/job/select';
 import type { RegistryDatasetConfig } from '../src/job/schema';
 import { cachedTaskDir } from '../src/registry/git-cache';
 import type { TrialResult } from '../src/results/trial-result';
-import { runCli } from './support/cli';
+import { runCli, startCli } from './support/cli';
 import type { GitServer } from './support/git-server';
 import { freePort, git, serveFile, startGitServer } from './support/git-server';
 import { testTemporal } from './support/temporal';
@@ -31,6 +32,8 @@ let http: { url: string; server: Server };
 const commits: string[] = [];
 let registry: unknown[] = [];
 const suffix = randomBytes(3).toString('hex');
+const LFS_POINTER = 'version https://git-lfs.github.com/spec/v1';
+const hasGitLfs = spawnSync('git', ['lfs', 'version']).status === 0;
 
 /** A task whose verifier reports the reward written into this commit's test.sh: the reward says which commit ran. */
 async function writeTask(repo: string, name: string, reward: string): Promise<void> {
@@ -52,7 +55,12 @@ function env(extra: Record<string, string> = {}) {
 }
 
 /** A job over one registry dataset entry, run with a do-nothing custom agent on the local environment. */
-async function runJob(name: string, dataset: Record<string, unknown>, extraEnv: Record<string, string> = {}) {
+async function runJob(
+  name: string,
+  dataset: Record<string, unknown>,
+  extraEnv: Record<string, string> = {},
+  cliArgs: string[] = []
+) {
   const dir = path.join(root, name);
   await mkdir(dir, { recursive: true });
   await writeFile(path.join(dir, 'registry.json'), JSON.stringify(registry));
@@ -66,7 +74,7 @@ async function runJob(name: string, dataset: Record<string, unknown>, extraEnv: 
       datasets: [dataset],
     })
   );
-  const run = await runCli(['job.json'], { cwd: dir, env: env(extraEnv) });
+  const run = await runCli(['job.json', ...cliArgs], { cwd: dir, env: env(extraEnv) });
   const jobDir = path.join(dir, 'jobs', name);
   const rewards = async () => {
     const trials = (await readdir(jobDir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name);
@@ -92,7 +100,12 @@ describe('registry datasets from a git server', () => {
     const source = path.join(root, 'source');
     await mkdir(source);
     git(source, 'init', '-q', '-b', 'main');
-    for (const name of ['task-a', 'task-b', 'other-c']) await writeTask(source, name, '0.25');
+    for (const name of ['task-a', 'task-b', 'other-c', 'lfs-d']) await writeTask(source, name, '0.25');
+    // A file kept in Git LFS: the repository holds its pointer.
+    await writeFile(
+      path.join(source, 'tasks', 'lfs-d', 'tests', 'data.bin'),
+      `${LFS_POINTER}\noid sha256:${'0'.repeat(64)}\nsize 1048576\n`
+    );
     commits.push(commitAll(source, 'first'));
     await writeTask(source, 'task-a', '0.75');
     commits.push(commitAll(source, 'second'));
@@ -132,6 +145,12 @@ describe('registry datasets from a git server', () => {
         version: 'missing-path',
         description: 'a path absent at that commit',
         tasks: [entry('ghost', first, withGit, 'tasks/ghost')],
+      },
+      {
+        name: 'broken',
+        version: 'lfs',
+        description: 'a task file in Git LFS',
+        tasks: [entry('lfs-d', first)],
       },
       {
         name: 'broken',
@@ -219,6 +238,61 @@ describe('registry datasets from a git server', () => {
     } finally {
       server = await startGitServer(path.join(root, 'served'), gitPort);
     }
+  });
+
+  it('a worker on another host (another cache) fetches a registry task itself, then re-uses it offline', async () => {
+    const otherCache = path.join(root, 'other-host-cache');
+    const otherRoot = path.join(otherCache, 'rollout', 'tasks');
+    // The only worker: trials go to it, while the CLI that plans the job (and downloads into its own cache) has none.
+    const worker = startCli(['worker', '--env', 'local', '--host-id', `other-${suffix}`, '--max-trials', '2'], {
+      cwd: root,
+      env: { XDG_CACHE_HOME: otherCache },
+    });
+    try {
+      const dataset = { registry: { url: http.url }, name: 'bench', version: '1.0', task_names: ['task-a', 'other-c'] };
+      const first = await runJob(`other-host-${suffix}`, dataset, {}, ['--no-worker']);
+      assert.equal(first.run.code, 0, first.run.stderr);
+      assert.deepEqual(await first.rewards(), { 'other-c__noop__1': 0.25, 'task-a__noop__1': 0.25 });
+      const jobDir = path.join(first.dir, 'jobs', `other-host-${suffix}`);
+      for (const pin of pins(await first.config())) {
+        // Planned from the submitter's cache; run from the worker's, which fetched it.
+        const trial = path.join(jobDir, `${pin.name}__noop__1`);
+        const result = JSON.parse(await readFile(path.join(trial, 'result.json'), 'utf8')) as TrialResult;
+        assert.equal(result.task_dir, cachedTaskDir(pin, path.join(cacheHome, 'rollout', 'tasks')));
+        assert.match(result.host ?? '', new RegExp(`@other-${suffix}`), 'run by the other host');
+        assert.ok(existsSync(path.join(cachedTaskDir(pin, otherRoot), 'task.toml')), 'in the worker host cache');
+        assert.match(await readFile(path.join(trial, 'trial.log'), 'utf8'), /into this host's cache/);
+      }
+      // The git server gone, both hosts use their caches.
+      await server.stop();
+      try {
+        const second = await runJob(`other-host-again-${suffix}`, dataset, {}, ['--no-worker']);
+        assert.equal(second.run.code, 0, second.run.stderr);
+        assert.deepEqual(await second.rewards(), { 'other-c__noop__1': 0.25, 'task-a__noop__1': 0.25 });
+        const log = await readFile(
+          path.join(second.dir, 'jobs', `other-host-again-${suffix}`, 'task-a__noop__1', 'trial.log'),
+          'utf8'
+        );
+        assert.doesNotMatch(log, /downloading/);
+      } finally {
+        server = await startGitServer(path.join(root, 'served'), gitPort);
+      }
+    } finally {
+      worker.kill('SIGTERM');
+      await worker.output;
+    }
+  });
+
+  it('a task file kept in Git LFS: without git-lfs, one error line naming the dataset, task and file', async (t) => {
+    if (hasGitLfs) return t.skip('git-lfs is installed here: the pointer is fetched instead');
+    const job = await runJob(`lfs-${suffix}`, { registry: { url: http.url }, name: 'broken', version: 'lfs' });
+    assert.equal(job.run.code, 3, job.run.stderr);
+    const errors = job.run.stderr.split('\n').filter((line) => line.startsWith('error:'));
+    assert.equal(errors.length, 1, job.run.stderr);
+    assert.match(
+      errors[0] ?? '',
+      /broken@lfs: task lfs-d: git:\/\/127\.0\.0\.1:\d+\/tasks\.git: tasks\/lfs-d\/tests\/data\.bin is a Git LFS pointer, and git-lfs is not installed/
+    );
   });
 
   it('never uses a cut-short download: a leftover .partial folder is ignored, the task fetched whole, the leftover removed', async () => {

@@ -61,7 +61,9 @@ export async function loadJobDatasets(
     const loads = await Promise.all(
       pinned.map(async (task) => {
         const load = await loadTask(dirs.get(task) as string, options.requirement);
-        return load.task ? { ...load, task: { ...load.task, name: task.name } } : load;
+        return load.task
+          ? { ...load, task: { ...load.task, name: task.name, source: { ...task, dataset: name } } }
+          : load;
       })
     );
     problems.push(...loads.flatMap((load) => load.problems));

@@ -79,6 +79,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             trialName,
             taskName: task.name,
             taskDir: task.dir,
+            ...(task.source ? { taskSource: task.source } : {}),
             datasetName: dataset.name,
             agentName: agent.name,
             ...(installsNothing(agent) ? { agentWithoutInstall: agentInfo(agent) } : {}),

@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -16,6 +16,11 @@ export interface PinnedTask {
   git_url: string;
   git_commit_id: string;
   path: string;
+}
+
+/** A pinned registry task and its dataset (`name@version`): enough for any host to fetch it. */
+export interface RegistryTaskSource extends PinnedTask {
+  dataset: string;
 }
 
 /** Says which dataset and task a git failure belongs to, in one line. */
@@ -223,6 +228,7 @@ async function fetchGroup(dataset: string, group: PinnedTask[], root: string): P
         throw fail(task, `no folder "${task.path}" at commit ${task.git_commit_id}`);
       }
     }
+    await fetchLfsFiles(scratch, group, at, fail);
     // Whole-repository tasks last: their rename moves the scratch folder itself.
     for (const task of [...group].sort((a, b) => Number(a.path === '') - Number(b.path === ''))) {
       const target = cachedTaskDir(task, root);
@@ -238,6 +244,58 @@ async function fetchGroup(dataset: string, group: PinnedTask[], root: string): P
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }
+}
+
+/** The first line of a Git LFS pointer file (what the repository holds in place of a large file). */
+const LFS_POINTER = 'version https://git-lfs.github.com/spec/';
+/** Pointer files are small text files; anything larger is real content. */
+const LFS_POINTER_MAX_BYTES = 1024;
+
+/**
+ * Task files kept in Git LFS come out of the checkout as pointers: with `git lfs` installed they are fetched (from
+ * the same remote); without it a task holding one is an error naming the task and file, never a task run on pointers.
+ */
+async function fetchLfsFiles(
+  scratch: string,
+  group: PinnedTask[],
+  at: { cwd: string; timeout: number },
+  fail: (task: PinnedTask, detail: string) => TaskDownloadError
+): Promise<void> {
+  const pointers = new Map<PinnedTask, string[]>();
+  for (const task of group) {
+    const found = await lfsPointers(scratch, task.path.replace(/^\/+|\/+$/g, ''));
+    if (found.length) pointers.set(task, found);
+  }
+  const [first] = pointers;
+  if (!first) return;
+  const hasLfs = await git(['lfs', 'version'], at).then(
+    () => true,
+    () => false
+  );
+  if (!hasLfs) {
+    const [task, files] = first;
+    throw fail(task, `${files[0]} is a Git LFS pointer, and git-lfs is not installed on this host (install git-lfs)`);
+  }
+  const include = [...pointers.values()].flat().join(',');
+  await git(['lfs', 'pull', `--include=${include}`], at).catch((err: Error) => {
+    throw fail(first[0], `cannot fetch its Git LFS files: ${err.message}`);
+  });
+}
+
+/** Files under `relative` (in the checkout at root) that are Git LFS pointers, relative to root. */
+async function lfsPointers(root: string, relative: string): Promise<string[]> {
+  const found: string[] = [];
+  const entries = await readdir(path.join(root, relative), { withFileTypes: true, recursive: true });
+  for (const entry of entries) {
+    if (!entry.isFile()) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    if (file.includes(`${path.sep}.git${path.sep}`)) continue;
+    const { size } = await stat(file);
+    if (size > LFS_POINTER_MAX_BYTES) continue;
+    const head = await readFile(file, 'utf8');
+    if (head.startsWith(LFS_POINTER)) found.push(path.relative(root, file));
+  }
+  return found.sort();
 }
 
 /** Downloads cut short by a killed process: older than the longest a fetch may take, so nobody is writing them. */

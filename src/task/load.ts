@@ -4,6 +4,7 @@ import { parse as parseToml } from 'smol-toml';
 
 import type { Problem } from '../errors';
 import { zodProblems } from '../errors';
+import type { RegistryTaskSource } from '../registry/git-cache';
 import type { TaskConfig, TaskResources } from './schema';
 import { TaskConfigSchema, taskResources } from './schema';
 
@@ -25,6 +26,8 @@ export interface Task {
   testsDirs: string[];
   /** The `[[steps]]` in order; empty for a single-step task. */
   steps: TaskStep[];
+  /** A registry task: where it comes from, so a worker on another host can fetch it into its own cache. */
+  source?: RegistryTaskSource;
 }
 
 /** One step of a multi-step task, read from steps/<name>/. */

@@ -4,6 +4,7 @@
  */
 import { API_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType, KubernetesSettings } from '../job/schema';
+import type { RegistryTaskSource } from '../registry/git-cache';
 import type { TrialUsage } from '../results/usage';
 import type { MinReward, MultiStepRewardStrategy } from './step-rewards';
 
@@ -46,7 +47,10 @@ export interface TrialSpec {
   trialId: string;
   trialName: string;
   taskName: string;
+  /** The task's folder on the host that planned the job (for a registry task, in that host's cache). */
   taskDir: string;
+  /** A registry task's coordinates: a worker whose cache lacks it fetches it itself (src/registry/trial-task.ts). */
+  taskSource?: RegistryTaskSource;
   datasetName: string;
   agentName: string;
   attempt: number;

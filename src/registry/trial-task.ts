@@ -1,0 +1,33 @@
+import { isDirectory } from '../task/load';
+import type { TrialSpec } from '../trial/types';
+import { cachedTaskDir, fetchTasks } from './git-cache';
+
+/** Downloads under way in this process, by cache folder: trials of one task on this host fetch it once. */
+const fetching = new Map<string, Promise<string>>();
+
+/**
+ * The trial's task folder on this host. A registry task was downloaded into the cache of the host that planned the
+ * job; a worker on another host (another cache) fetches it itself from its pinned coordinates, with the cache's rules
+ * (a temporary folder renamed into place, re-used offline). A local dataset's folder is used where it is.
+ */
+export async function trialTaskDir(
+  spec: Pick<TrialSpec, 'taskDir' | 'taskSource'>,
+  log: (line: string) => Promise<void>
+): Promise<string> {
+  const source = spec.taskSource;
+  if (!source) return spec.taskDir;
+  const dir = cachedTaskDir(source);
+  if (await isDirectory(dir)) return dir;
+  let pending = fetching.get(dir);
+  if (!pending) {
+    const lines: Promise<void>[] = [];
+    pending = fetchTasks(source.dataset, [source], (line) => lines.push(log(`${line} (into this host's cache)`)))
+      .then(async (dirs) => {
+        await Promise.all(lines);
+        return dirs.get(source) ?? dir;
+      })
+      .finally(() => fetching.delete(dir));
+    fetching.set(dir, pending);
+  }
+  return pending;
+}
