@@ -130,8 +130,9 @@ export function runVerifier(deps: ActivityDeps) {
         ...(lastUse
           ? {
               beforeSidecars: async () => {
+                if (!environment.halt) return;
                 await resetVerifierLogs(environment, handle, signal, false);
-                await environment.stop(handle);
+                await environment.halt(handle);
                 mainStopped = true;
               },
             }

@@ -772,6 +772,15 @@ export class DockerEnvironment implements Environment {
     await this.removeContainer(handle.id);
   }
 
+  async halt(handle: EnvironmentHandle): Promise<void> {
+    try {
+      // PID 1 (`sleep`, no handler) ignores SIGTERM, so any grace period would only be waited out: kill at once.
+      await this.docker.getContainer(handle.id).stop({ t: 0 });
+    } catch (err) {
+      if (statusCode(err) !== 304) throw err; // already stopped
+    }
+  }
+
   async remove(handle: EnvironmentHandle): Promise<void> {
     if (handle.id.startsWith(ORPHANS_OF)) {
       await this.removeTrial(handle.id.slice(ORPHANS_OF.length));

@@ -204,6 +204,11 @@ export interface Environment {
    */
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void>;
   stop(handle: EnvironmentHandle): Promise<void>;
+  /**
+   * Stops the environment but keeps it (Harbor's stop_service of main): nothing runs in it any more, and files can
+   * still be copied in and out until stop() or remove(). Optional: an environment without it is left running.
+   */
+  halt?(handle: EnvironmentHandle): Promise<void>;
   /** Removes the environment; idempotent (a missing one is not an error). */
   remove(handle: EnvironmentHandle): Promise<void>;
   /** Removes everything this host and deployment still hold for a trial (by label); returns how many were removed. */
