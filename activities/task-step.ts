@@ -79,7 +79,7 @@ export async function startTaskStep(
 
 /**
  * A step's /logs/agent and /logs/verifier into `<trial>/steps/<name>/` (within the job's collect limits, scrubbed of
- * secrets with the rest of the trial folder at collect), then emptied, with /tests and /logs/artifacts (collected after
+ * secrets with the rest of the trial folder at collect), then emptied, with /tests and /logs/artifacts (collected before
  * its tests), for the next step.
  */
 export async function archiveTaskStepLogs(
