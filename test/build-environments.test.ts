@@ -110,4 +110,34 @@ describe('rollout build', () => {
     assert.match(brokenBuild.stderr, /\(fine\): built in /);
     assert.match(brokenBuild.stderr, /1 of 2 environments ready, 1 failed/);
   });
+
+  it("also builds a separate verifier's image (from tests/), as a part of the task's main image", async () => {
+    await writeTask('separate', 'sv', `FROM debian:bookworm-slim\nRUN echo sv-${marker} > /marker\n`);
+    const task = path.join(dir, 'separate', 'sv');
+    await writeFile(path.join(task, 'task.toml'), '[verifier]\ntimeout_sec = 60.0\nenvironment_mode = "separate"\n');
+    await writeFile(
+      path.join(task, 'tests', 'Dockerfile'),
+      `FROM debian:bookworm-slim\nRUN echo tests-${marker} > /t\n`
+    );
+    const build = await runCli(['build', 'separate'], { cwd: dir });
+    const images = builtImages(build);
+    try {
+      assert.equal(build.code, 0, build.stderr);
+      assert.match(build.stderr, /2 environments for 1 tasks/);
+      assert.equal(images.length, 2);
+      const labels = await Promise.all(
+        images.map(async (image) => (await docker.getImage(image).inspect()).Config.Labels)
+      );
+      const main = images.findIndex((_, i) => !labels[i]?.['rollout.part-of']);
+      const verifier = images.findIndex((_, i) => labels[i]?.['rollout.part-of']);
+      assert.ok(main >= 0 && verifier >= 0, JSON.stringify(labels));
+      assert.equal(labels[verifier]?.['rollout.part-of'], images[main]?.split(':')[1]);
+    } finally {
+      for (const image of images)
+        await docker
+          .getImage(image)
+          .remove()
+          .catch(() => undefined);
+    }
+  });
 });
