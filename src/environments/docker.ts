@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rename, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { Writable } from 'node:stream';
@@ -216,11 +217,23 @@ export class DockerEnvironment implements Environment {
     const frontend = await this.dockerfileFrontend();
     // It replaces the engine's own frontend, and a Dockerfile's `# syntax=` line (which would need a registry).
     if (frontend) args.push('--build-arg', `BUILDKIT_SYNTAX=${frontend}`);
-    const exitCode = await runCommand('docker', [...args, request.contextDir], {
-      signal,
-      env: { DOCKER_HOST: this.dockerHost() },
-      onOutput: (text) => output.add(text),
-    });
+    // buildx syncs a context into a folder BuildKit keys by the context folder's *name*, and skips files whose size
+    // and mtime match what is there (docker/buildx#3232): after one task's `environment/` (or `tests/`), another's
+    // same-named file of the same size and mtime (tasks unpacked from one archive) would be built from the first
+    // one's copy. A link named after the content key gives each content a sync folder of its own.
+    const links = await mkdtemp(path.join(tmpdir(), 'rollout-context-'));
+    const context = path.join(links, `rollout-${request.envKey}`);
+    let exitCode: number;
+    try {
+      await symlink(path.resolve(request.contextDir), context);
+      exitCode = await runCommand('docker', [...args, context], {
+        signal,
+        env: { DOCKER_HOST: this.dockerHost() },
+        onOutput: (text) => output.add(text),
+      });
+    } finally {
+      await rm(links, { recursive: true, force: true });
+    }
     request.signal?.throwIfAborted();
     if (timeout.aborted) {
       throw new TaskEnvironmentError(
