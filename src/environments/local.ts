@@ -1,5 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
-import { spawn } from 'node:child_process';
 import { constants } from 'node:fs';
 import { copyFile, lstat, mkdir, mkdtemp, readFile, readdir, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,19 +16,13 @@ import type {
 import { INSTRUCTION_FILE } from './environment';
 import type { CollectBudget } from './host-files';
 import { makeRealDirectory } from './host-files';
+import { killProcess, runCommand } from './local-exec';
 
-/** Per stream: an agent printing without end must not exhaust the worker's memory. */
-const OUTPUT_LIMIT = 1024 * 1024;
 /** Container paths a local environment maps into its root folder. */
 const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/solution', '/installed-agent', '/app', '/rollout'];
 const ROOT_PREFIX = 'rollout-local-env-';
 /** The environment variables of start(), kept in the root for every later exec (as a container keeps its Env). */
 const START_ENV_FILE = 'start-env.json';
-/**
- * How long an exec waits for its output pipes to close once bash has exited: a process left in the background
- * holds them open. Docker waits as long before it ends an exec's stream.
- */
-const PIPE_GRACE_MS = 2000;
 /**
  * What a command gets of the worker's own environment: enough to find programs and a home folder, nothing else (no
  * credentials the worker holds). Everything else a command sees it was given: start env, Rollout's paths, its own.
@@ -90,18 +82,18 @@ export class LocalEnvironment implements Environment {
     request.signal?.throwIfAborted();
     const root = handle.id;
     const startEnv = JSON.parse(await readFile(path.join(root, START_ENV_FILE), 'utf8')) as Record<string, string>;
-    const child = spawn('bash', ['-c', request.command], {
-      cwd: request.cwd ? mapContainerPath(root, request.cwd) : handle.workdir,
-      env: { ...hostVariables(), ...startEnv, ...localVariables(root), ...request.env },
-      detached: true, // its own process group: a timeout kills everything it started
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const stdout = captureTail(child.stdout);
-    const stderr = captureTail(child.stderr);
-    const outcome = await childOutcome(child, request.timeoutMs, request.signal);
+    const { outcome, stdout, stderr } = await runCommand(
+      {
+        command: request.command,
+        cwd: request.cwd ? mapContainerPath(root, request.cwd) : handle.workdir,
+        env: { ...hostVariables(), ...startEnv, ...localVariables(root), ...request.env },
+        timeoutMs: request.timeoutMs,
+      },
+      request.signal
+    );
     if (outcome === 'aborted') throw request.signal?.reason;
     const exitCode = outcome === 'timedOut' ? null : outcome;
-    return { exitCode, stdout: stdout(), stderr: stderr(), timedOut: outcome === 'timedOut' };
+    return { exitCode, stdout, stderr, timedOut: outcome === 'timedOut' };
   }
 
   /**
@@ -186,70 +178,8 @@ function localVariables(root: string): Record<string, string> {
   };
 }
 
-/**
- * How a child finished: its exit code (null when killed by a signal), or its time limit passed or the signal aborted
- * (its whole process group is killed first).
- */
-function childOutcome(
-  child: ChildProcess,
-  timeoutMs?: number,
-  signal?: AbortSignal
-): Promise<number | null | 'timedOut' | 'aborted'> {
-  return new Promise((resolve, reject) => {
-    let timer: NodeJS.Timeout | undefined;
-    let graceTimer: NodeJS.Timeout | undefined;
-    let stopped: 'timedOut' | 'aborted' | undefined;
-    const stop = (reason: 'timedOut' | 'aborted') => {
-      stopped = reason;
-      killGroup(child);
-    };
-    const onAbort = () => stop('aborted');
-    if (timeoutMs) timer = setTimeout(() => stop('timedOut'), timeoutMs);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-      reject(err);
-    });
-    // Output pipes held open by a background process must not keep the exec waiting for ever.
-    child.once('exit', () => {
-      graceTimer = setTimeout(() => [child.stdout, child.stderr].forEach((pipe) => pipe?.destroy()), PIPE_GRACE_MS);
-    });
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      clearTimeout(graceTimer);
-      signal?.removeEventListener('abort', onAbort);
-      resolve(stopped ?? code);
-    });
-  });
-}
-
-function killGroup(child: ChildProcess): void {
-  if (child.pid !== undefined) killProcess(-child.pid);
-}
-
-/** SIGKILL to a process (or a group, for a negative id) that may already be gone. */
-function killProcess(pid: number): void {
-  try {
-    process.kill(pid, 'SIGKILL');
-  } catch {
-    // Already gone.
-  }
-}
-
 function hostVariables(): Record<string, string> {
   return Object.fromEntries(HOST_VARIABLES.flatMap((name) => (process.env[name] ? [[name, process.env[name]]] : [])));
-}
-
-/** Collects the last OUTPUT_LIMIT characters of a pipe; call the result for the text. */
-function captureTail(pipe: NodeJS.ReadableStream): () => string {
-  let text = '';
-  pipe.setEncoding('utf8');
-  pipe.on('data', (chunk: string) => {
-    text += chunk;
-    if (text.length > OUTPUT_LIMIT) text = text.slice(-OUTPUT_LIMIT);
-  });
-  return () => text;
 }
 
 /**

@@ -132,7 +132,10 @@ async function measure(kind: ServerKind, trials: number): Promise<void> {
   const seconds = (Date.now() - started) / 1000;
   const serverCpu = ticksSince(serverCpuBefore, await cpuTicks(await server.pids())) / CLOCK_TICKS;
   const workerCpuUsage = process.cpuUsage(workerCpuBefore);
-  const workerCpu = (workerCpuUsage.user + workerCpuUsage.system) / 1e6;
+  // The worker's own children that are node (the local environment's command helper), without what they waited for
+  // (the commands themselves, which were never counted).
+  const helperCpu = (await ownTicks(await childrenOf(process.pid))) / CLOCK_TICKS;
+  const workerCpu = (workerCpuUsage.user + workerCpuUsage.system) / 1e6 + helperCpu;
   clearInterval(sampler);
   clearInterval(progressTimer);
   for (const worker of workers) worker.shutdown();
@@ -160,7 +163,8 @@ async function measure(kind: ServerKind, trials: number): Promise<void> {
   );
   console.log(
     `  CPU per trial: server ${((serverCpu / n) * 1000).toFixed(1)} ms, worker+client ${((workerCpu / n) * 1000).toFixed(1)} ms ` +
-      `(server ${(serverCpu / seconds).toFixed(2)} cores, worker ${(workerCpu / seconds).toFixed(2)} cores on average)`
+      `(command helper ${((helperCpu / n) * 1000).toFixed(1)} ms of it; ` +
+      `server ${(serverCpu / seconds).toFixed(2)} cores, worker ${(workerCpu / seconds).toFixed(2)} cores on average)`
   );
   console.log(
     `  memory: worker RSS peak ${mb(Math.max(...workerRss))} (end ${mb(workerRss[workerRss.length - 1]!)}), ` +
@@ -217,6 +221,18 @@ async function cpuTicks(pids: number[]): Promise<Map<number, number>> {
     );
   }
   return ticks;
+}
+
+/** CPU of node processes among `pids` (user + system), not of the processes they waited for. */
+async function ownTicks(pids: number[]): Promise<number> {
+  let total = 0;
+  for (const pid of pids) {
+    const text = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
+    if (!text?.includes('(node)')) continue;
+    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    total += Number(fields[11]) + Number(fields[12]);
+  }
+  return total;
 }
 
 /** CPU used since `before`: processes born since then count whole. */
