@@ -36,17 +36,27 @@ export function stepExec(command: string, outputLimitBytes: number) {
 
 /**
  * A session's `bash` step, in its container: stdout and stderr as one observation, cut inside the container at the
- * output limit (so a runaway command never floods the worker), every process killed at the step's timeout.
+ * output limit (so a runaway command never floods the worker), every process killed at the step's timeout. Through
+ * the shell the environment keeps open for steps where it has one, else as an exec of its own.
  */
 export function runSessionCommand(deps: ActivityDeps) {
   return async function runSessionCommand(input: SessionCommandInput): Promise<CommandOutcome> {
     const started = performance.now();
-    const result = await heartbeating((signal) =>
-      deps.environment(input.spec.environmentType).exec(input.handle, {
-        ...stepExec(input.command, input.outputLimitBytes),
-        timeoutMs: input.timeoutSec * 1000,
-        signal,
-      })
+    const environment = deps.environment(input.spec.environmentType);
+    const timeoutMs = input.timeoutSec * 1000;
+    const result = await heartbeating(
+      async (signal) =>
+        (await environment.runStep?.(input.handle, {
+          command: input.command,
+          outputLimitBytes: input.outputLimitBytes,
+          timeoutMs,
+          signal,
+        })) ??
+        (await environment.exec(input.handle, {
+          ...stepExec(input.command, input.outputLimitBytes),
+          timeoutMs,
+          signal,
+        }))
     );
     const truncated = Buffer.byteLength(result.stdout) > input.outputLimitBytes;
     return {

@@ -200,6 +200,28 @@ describe('rollout serve: step-by-step sessions', () => {
     assert.equal((await server.json(`/sessions/${id}`, { method: 'DELETE' })).http, 200);
   });
 
+  it('runs the steps in one shell kept open in the container, each in a fresh subshell of it', async () => {
+    const id = await create();
+    const run = async (command: string) => (await step(id, 'bash', { command })).body;
+    const workdir = (await run('pwd')).observation;
+    // $$ in a subshell is the kept shell's pid: the same across steps (an exec per step would give a new one).
+    const shellPid = (await run('cd /tmp; export CARRIED=1; echo $$')).observation;
+    assert.equal(
+      (await run('pwd; echo "carried=${CARRIED:-no}"; echo $$')).observation,
+      `${workdir}carried=no\n${shellPid}`
+    );
+    // stdin is empty (a step cannot read the shell's own input), output and exit status are exact.
+    assert.equal((await run('cat; echo read-done')).observation, 'read-done\n');
+    const exact = await run("printf 'no newline'; exit 7");
+    assert.deepEqual([exact.observation, exact.info.exit_code], ['no newline', 7]);
+    // A step that kills the shell ends without a status; the next step gets a new shell.
+    assert.equal((await run('kill -9 $$')).info.exit_code, null);
+    const again = await run('echo $$');
+    assert.equal(again.info.exit_code, 0);
+    assert.notEqual(again.observation, shellPid);
+    assert.equal((await server.json(`/sessions/${id}`, { method: 'DELETE' })).http, 200);
+  });
+
   it('loses nothing when the server is killed between steps', async () => {
     const id = await create();
     await step(id, 'bash', { command: 'echo 42 > /tmp/answer.txt' });

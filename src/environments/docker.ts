@@ -23,6 +23,7 @@ import type {
   ExecRequest,
   ExecResult,
   InstallSnapshots,
+  ShellStep,
   StartFile,
   StartRequest,
   StartResult,
@@ -42,6 +43,7 @@ import {
   TaskEnvironmentError,
 } from './environment';
 import { LineTail, runCommand } from './cli-command';
+import { StepShell } from './docker-shell';
 import {
   buildSidecars,
   composeInfra,
@@ -92,6 +94,8 @@ export class DockerEnvironment implements Environment {
   private readonly builds = new Map<string, BuildInFlight>();
   /** Shell of each container: bash when its image has it, else sh. */
   private readonly shells = new Map<string, string>();
+  /** The shell kept open for a session's steps, per container. */
+  private readonly stepShells = new Map<string, StepShell>();
   private hostCpus: number | undefined;
   private storageOptUnsupported = false;
   /** Host files are bind-mounted into containers (see placeFiles) until a container did not find them. */
@@ -699,6 +703,16 @@ export class DockerEnvironment implements Environment {
     return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
   }
 
+  async runStep(handle: EnvironmentHandle, step: ShellStep): Promise<ExecResult | null> {
+    if (step.command.includes('\0') || (await this.shellOf(handle.id)) !== '/bin/bash') return null;
+    let shell = this.stepShells.get(handle.id);
+    if (!shell?.open) {
+      shell = await StepShell.open(this.docker.getContainer(handle.id), handle.workdir, this.docker.modem);
+      this.stepShells.set(handle.id, shell);
+    }
+    return shell.run(step, () => this.killAll(handle));
+  }
+
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
     const state = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.State;
     return state !== undefined && state.Running && !state.Paused && !state.Restarting;
@@ -813,6 +827,8 @@ export class DockerEnvironment implements Environment {
 
   private async removeContainer(id: string): Promise<void> {
     this.shells.delete(id);
+    this.stepShells.get(id)?.close();
+    this.stepShells.delete(id);
     try {
       await this.docker.getContainer(id).remove({ force: true, v: true });
     } catch (err) {

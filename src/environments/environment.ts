@@ -154,6 +154,15 @@ export interface StartResult {
   unenforced: string[];
 }
 
+/** One command of a session's shell (see Environment.runStep). */
+export interface ShellStep {
+  command: string;
+  /** Output past this many bytes is cut in the environment (one more is kept, so a cut shows). */
+  outputLimitBytes: number;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
 export interface ExecRequest {
   command: string;
   cwd?: string;
@@ -183,6 +192,12 @@ export interface Environment {
   build(request: BuildRequest): Promise<BuildResult>;
   start(request: StartRequest): Promise<StartResult>;
   exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult>;
+  /**
+   * A session step's command through a shell kept open in the environment (opened on first use, reopened after a
+   * step killed it): no exec to set up per step. Its output (stdout and stderr as one) is cut at `outputLimitBytes`
+   * + 1 in the environment. Null where no such shell can run (the step is then an exec); absent likewise.
+   */
+  runStep?(handle: EnvironmentHandle, step: ShellStep): Promise<ExecResult | null>;
   /**
    * Whether the environment still runs, asked of its backend without running anything in it (one API call, where an
    * exec costs several): the warm pool's check before hand-out. Absent: callers run `true` in it instead.
