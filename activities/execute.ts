@@ -11,6 +11,7 @@ import { heartbeating, inPhaseNetwork, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';
 import { prepareAgentRun } from './agent-run';
 import { startTaskStep, taskStepSpec } from './task-step';
+import { leftoversKilledByVerifier } from './verify';
 
 /**
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
@@ -39,19 +40,20 @@ export function executeAgent(deps: ActivityDeps) {
         run.env = gatewayEnv(run.env, run.gateway);
       }
       await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${timeoutSec} s)`);
+      // Whatever the agent left running (a daemon rewriting what the verifier checks) must not run during
+      // verification: killed now, or by the verifier's first exec when the tests follow in this environment.
+      const killedByVerifier = leftoversKilledByVerifier(spec, task, run.environment);
       const result = await heartbeating(async () => {
         const executed = await inPhaseNetwork(run.environment, run.handle, task.config, 'agent', () =>
           agent.execute(run)
         );
-        // Whatever the agent left running (a daemon rewriting what the verifier checks) must not outlive its step.
-        await run.environment.killAll(run.handle);
+        if (!killedByVerifier) await run.environment.killAll(run.handle);
         return executed;
       });
-      await log(
-        spec,
-        'execute',
-        `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: every process the agent started killed`
-      );
+      const leftovers = killedByVerifier
+        ? "the verifier's first exec kills every process the agent left"
+        : 'every process the agent started killed';
+      await log(spec, 'execute', `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: ${leftovers}`);
       const failure = session?.failure();
       if (failure && !result.timedOut) {
         throw taskFailure(

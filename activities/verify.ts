@@ -120,6 +120,12 @@ export function runVerifier(deps: ActivityDeps) {
       // verifier's, copied there later.
       const lastUse = separate && (!taskStep || steps.at(-1)?.name === taskStep);
       let mainStopped = false;
+      // The agent's leftovers die first (the execute step left that to this one, see leftoversKilledByVerifier):
+      // with the reset, in one exec, where nothing is collected that the reset would touch.
+      const killLeftovers = leftoversKilledByVerifier(spec, task, environment);
+      const resetFirst = killLeftovers && collectsNothingFirst(task);
+      if (resetFirst) await resetVerifierLogs(environment, handle, signal, true, environment.killAllCommand);
+      else if (killLeftovers) await environment.killAll(handle);
       const collected = await collectArtifacts(environment, handle, {
         hooks: task.config.verifier.collect,
         entries: task.config.artifacts,
@@ -139,7 +145,7 @@ export function runVerifier(deps: ActivityDeps) {
           : {}),
       });
       if (!separate) {
-        await resetVerifierLogs(environment, handle, signal, true);
+        if (!resetFirst) await resetVerifierLogs(environment, handle, signal, true);
         // A step's own tests/ over the task's shared one.
         for (const dir of task.testsDirs) await environment.upload(handle, dir, '/tests');
         return test(environment, handle, spec, task, timeoutSec, signal, 'shared');
@@ -222,17 +228,33 @@ async function verifySeparately(
   }
 }
 
+/**
+ * Whether the agent's processes are left running after its step, for the verifier's first exec to kill (one exec
+ * less per trial): when the tests run next in the agent's own environment. A separate verifier leaves the agent's
+ * environment to the collection pass, so the execute step kills them itself.
+ */
+export function leftoversKilledByVerifier(spec: TrialSpec, task: Task, environment: Environment): boolean {
+  return spec.verify && !separateVerifierEnvironment(task.config) && environment.killAllCommand !== undefined;
+}
+
+/** No collect hook runs and no declared artifact is copied before the tests: only /logs/artifacts, which no reset touches. */
+function collectsNothingFirst(task: Task): boolean {
+  return task.config.verifier.collect.length === 0 && task.config.artifacts.length === 0;
+}
+
 async function resetVerifierLogs(
   environment: Environment,
   handle: EnvironmentHandle,
   signal: AbortSignal,
-  withTests: boolean
+  withTests: boolean,
+  /** The environment's killAllCommand, run first. */
+  killFirst?: string
 ): Promise<void> {
   const { logs, tests } = CONTAINER_PATHS;
   const folders = withTests ? `"${logs}/verifier" "${tests}"` : `"${logs}/verifier"`;
   const reset = await environment.exec(handle, {
     // Emptied rather than replaced: a compose task may mount a volume there (HOST_VERIFIER_LOGS_PATH).
-    command: `mkdir -p ${folders} && find ${folders} -mindepth 1 -delete && chmod 777 "${logs}/verifier"`,
+    command: `${killFirst ? `${killFirst}; ` : ''}mkdir -p ${folders} && find ${folders} -mindepth 1 -delete && chmod 777 "${logs}/verifier"`,
     user: '0',
     signal,
   });

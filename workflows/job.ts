@@ -96,6 +96,8 @@ const RECONCILE_PATCH = 'reconcile-running-trials';
 const SLOT_FIRST_PATCH = 'start-trials-before-housekeeping';
 /** Jobs started before free slots were filled together waited for each trial's start before starting the next. */
 const START_TOGETHER_PATCH = 'start-trials-together';
+/** Jobs started before the final result was written once wrote it after the last trial's, then released images. */
+const FINAL_WRITE_ONCE_PATCH = 'final-result-written-once';
 const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
 const CANCEL_DRAIN_TIMEOUT = '10 minutes';
 
@@ -238,6 +240,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     await writeJobResult({ jobDir: input.jobDir, result });
   };
 
+  const finalWriteOnce = patched(FINAL_WRITE_ONCE_PATCH);
   try {
     await dispatchTrials();
     status = 'completed';
@@ -261,7 +264,12 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
       await releaseImages(input, state);
     });
   }
-  await CancellationScope.nonCancellable(writeResult);
+  if (finalWriteOnce && status === 'completed') {
+    // The last trial's end is written once, with the final status, while the images no trial needs go.
+    await CancellationScope.nonCancellable(() => Promise.all([writeResult(), releaseImages(input, state)]));
+  } else {
+    await CancellationScope.nonCancellable(writeResult);
+  }
   return progress();
 
   /**
@@ -299,11 +307,15 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
         throw new ContinueAsNew();
       }
     };
+    /** Waits for housekeeping under way, if any; its failure fails the job. */
+    const housekept = async () => {
+      await housekeeping;
+      if (housekeepingFailure) throw housekeepingFailure;
+    };
     const checkpoint = async () => {
       if (slotFirst) {
         housekeep();
-        await housekeeping;
-        if (housekeepingFailure) throw housekeepingFailure;
+        await housekept();
       } else {
         if (dirty) await writeResult();
         await releaseImages(input, state);
@@ -379,9 +391,10 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     // The tail: keep results fresh and images released while the last trials finish.
     while (runningCount() > 0) {
       await waitForTrials(() => dirty);
+      if (finalWriteOnce && runningCount() === 0) break;
       await checkpoint();
     }
-    await checkpoint();
+    await (finalWriteOnce ? housekept() : checkpoint());
   }
 }
 

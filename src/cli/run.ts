@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 
 import type { Client } from '@temporalio/client';
@@ -115,12 +116,13 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
 
   const workerRun = await workerStart;
   const view = new ProgressView();
-  let finished = false;
+  // Aborted once the job ended: the last poll's wait must not hold the exit.
+  const finished = new AbortController();
   const poll = (async () => {
-    while (!finished) {
+    while (!finished.signal.aborted) {
       const progress = await handle.query(jobProgressQuery).catch(() => undefined);
-      if (progress) view.update(progress);
-      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+      if (progress && !finished.signal.aborted) view.update(progress);
+      await sleep(POLL_MS, undefined, { signal: finished.signal }).catch(() => undefined);
     }
   })();
 
@@ -141,7 +143,7 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
     }
     throw err;
   } finally {
-    finished = true;
+    finished.abort();
   }
   if (final === DETACHED) {
     view.done();
@@ -153,7 +155,8 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
     return EXIT_DETACHED;
   }
   await poll;
-  view.update((await handle.query(jobProgressQuery).catch(() => undefined)) ?? emptyProgress(job.name));
+  // The workflow's return value is its final progress: no query (which would replay the whole closed workflow).
+  view.update(final);
   view.done();
   await workerRun?.drain((trials) =>
     log.info(
@@ -216,25 +219,6 @@ function startJobWorkers(
     maxTrials: maxTrials ?? job.n_concurrent_trials,
     serveWorkflows: true,
   });
-}
-
-function emptyProgress(jobName: string): JobProgress {
-  return {
-    jobName,
-    status: 'running',
-    total: 0,
-    finished: 0,
-    running: 0,
-    completed: 0,
-    errored: 0,
-    cancelled: 0,
-    infrastructureErrors: 0,
-    errorsByType: {},
-    meanReward: null,
-    runningTrials: [],
-    continuedAsNew: 0,
-    evals: {},
-  };
 }
 
 function numberFromEnv(name: string): number | undefined {

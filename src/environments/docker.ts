@@ -64,6 +64,8 @@ const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 const SNAPSHOT_REPOSITORY = 'rollout-agent';
 /** heldEnvironments' id for a trial's networks and volumes left without containers. */
 const ORPHANS_OF = 'orphans-of:';
+/** Every process in the container but PID 1 (which only keeps it up) and the shell running this; as root. */
+const KILL_ALL = 'kill -9 -1 2>/dev/null';
 /** Per stream: an agent printing without end must not exhaust the worker's memory. */
 const OUTPUT_LIMIT = 1024 * 1024;
 /** Lines of build output kept for the error message of a failed build. */
@@ -755,11 +757,10 @@ export class DockerEnvironment implements Environment {
    * that left its process group included. As root, so that processes of any user go.
    */
   async killAll(handle: EnvironmentHandle): Promise<void> {
-    await this.collectExec(handle.id, {
-      Cmd: [await this.shellOf(handle.id), '-c', 'kill -9 -1 2>/dev/null'],
-      User: '0',
-    });
+    await this.collectExec(handle.id, { Cmd: [await this.shellOf(handle.id), '-c', KILL_ALL], User: '0' });
   }
+
+  readonly killAllCommand = KILL_ALL;
 
   /**
    * A folder's contents land inside containerPath; a single file lands as containerPath/<its name>. One archive,

@@ -209,6 +209,11 @@ export interface Environment {
    */
   killAll(handle: EnvironmentHandle): Promise<void>;
   /**
+   * What killAll runs, as a shell command, where it is one: a root exec may start with it, and a step saves the
+   * exec killAll would cost. Absent where killAll is not a command in the environment (local).
+   */
+  readonly killAllCommand?: string;
+  /**
    * Copies a host file or folder to `containerPath` (a folder's contents land inside containerPath), or to each of
    * several container paths in one transfer.
    */

@@ -416,8 +416,10 @@ export class KubernetesEnvironment implements Environment {
 
   /** Kills every process in the container but PID 1: all that the agent started, daemons included. */
   async killAll(handle: EnvironmentHandle): Promise<void> {
-    await this.run(handle, ['/bin/sh', '-c', 'kill -9 -1 2>/dev/null; true']);
+    await this.run(handle, ['/bin/sh', '-c', `${this.killAllCommand}; true`]);
   }
+
+  readonly killAllCommand = 'kill -9 -1 2>/dev/null';
 
   /**
    * One exec over the API's websocket: output into the given streams, stdin from `stdin`, the exit code from the

@@ -127,6 +127,8 @@ export interface JobFigures {
   trials: number[];
   /** Rollout only: CLI start → first trial's build step start, s. */
   firstBuild?: number;
+  /** Rollout only: last trial's end → the CLI's exit, s. */
+  tail?: number;
   /** Rollout only: per step, the median duration over the job's trials, s. */
   steps?: Record<string, number>;
 }
@@ -246,6 +248,7 @@ export async function rolloutJob(dir: string, name: string, shape: Shape, cli = 
   );
   const startedAt = Date.now();
   const wall = await timedRun(process.execPath, [cli, file]);
+  const exitedAt = Date.now();
   const results = await trialResults<TrialResultFile>(path.join(jobsDir, name));
   if (results.length !== shape.tasks) throw new Error(`${name}: ${results.length} of ${shape.tasks} trial results`);
   for (const result of results) {
@@ -271,6 +274,7 @@ export async function rolloutJob(dir: string, name: string, shape: Shape, cli = 
     wall,
     trials: results.map((r) => seconds(r.started_at, r.finished_at)),
     firstBuild: (Math.min(...builds.map((t) => Date.parse(t))) - startedAt) / 1000,
+    tail: (exitedAt - Math.max(...results.map((r) => Date.parse(r.finished_at)))) / 1000,
     steps,
   };
 }
@@ -322,7 +326,8 @@ export const s = (value: number) => value.toFixed(2);
 function formatRound({ round, load, rollout, floor, baseline }: RoundFigures): string {
   const job = (name: string, figures: JobFigures) =>
     `${name} wall ${s(figures.wall)} s, trial median ${s(median(figures.trials))} s, first build ` +
-    `${s(figures.firstBuild ?? NaN)} s after the CLI started, ratios to the floor: trial ` +
+    `${s(figures.firstBuild ?? NaN)} s after the CLI started, exit ${s(figures.tail ?? NaN)} s after the last ` +
+    `trial, ratios to the floor: trial ` +
     `${s(median(figures.trials) / median(floor.trials))}, wall ${s(figures.wall / floor.wall)}`;
   const steps = (name: string, figures: JobFigures) =>
     `  ${name} steps (median s): ${Object.entries(figures.steps ?? {})
@@ -347,7 +352,8 @@ function summary(kind: string, shape: Shape, figures: RoundFigures[]): string {
     `  ${name}: job wall ${stat(pick((r) => of(r).wall))} s (ratio to the floor per round ` +
       `${stat(pick((r) => of(r).wall / r.floor.wall))}); trial latency ${stat(pick((r) => median(of(r).trials)))} s ` +
       `(ratio ${stat(pick((r) => median(of(r).trials) / median(r.floor.trials)))}); first build after the CLI ` +
-      `started ${stat(pick((r) => of(r).firstBuild ?? NaN))} s`,
+      `started ${stat(pick((r) => of(r).firstBuild ?? NaN))} s; exit after the last trial ` +
+      `${stat(pick((r) => of(r).tail ?? NaN))} s`,
   ];
   const withBaseline = figures.every((r) => r.baseline);
   return [
