@@ -27,13 +27,18 @@ export interface CollectInput {
 export const LOG_FOLDERS = ['agent', 'verifier'] as const;
 
 /**
+ * Read past beside them (/logs/artifacts, files an agent left in /logs) when both come in one archive of /logs;
+ * beyond this, each is downloaded on its own instead.
+ */
+const LOGS_SKIPPED_MAX_BYTES = 8 * 2 ** 20;
+
+/**
  * Step 6: /logs/agent and /logs/verifier copied into the trial folder before the container stops, within the job's
  * collect limits, then any resolved secret value scrubbed from what was copied. Returns what was cut.
  */
 export function collectLogs(deps: ActivityDeps) {
   return async function collectLogs({ spec, handle, taskStep }: CollectInput): Promise<CollectReport> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
-    const budget = new CollectBudget(spec.collectLimits);
     const trialEnvironment = deps.environment(spec.environmentType);
     // The gateway's call records are Rollout's: a file of that name from the container never replaces them, nor
     // stands in for them (usage and the trajectory are built from it).
@@ -41,8 +46,12 @@ export function collectLogs(deps: ActivityDeps) {
     const gatewayCalls = path.join(trialDir, `.gateway-${LLM_CALLS_FILE}`);
     // (A retried collect finds them already set aside.)
     if (!existsSync(gatewayCalls)) await rename(calls, gatewayCalls).catch(ignoreMissing);
+    let budget = new CollectBudget(spec.collectLimits);
     await heartbeating(async () => {
       if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
+      const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
+      if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
+      budget = new CollectBudget(spec.collectLimits); // counted again, folder by folder
       for (const folder of LOG_FOLDERS) {
         await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
       }

@@ -397,6 +397,28 @@ describe('DockerEnvironment', () => {
     assert.equal(existsSync(missing), false);
   });
 
+  it('downloads chosen folders in one archive, and gives up (false) when too much else is beside them', async () => {
+    await environment.exec(handle, {
+      command: [
+        'mkdir -p /picked/agent/sub /picked/verifier /picked/other',
+        'echo a > /picked/agent/sub/a.txt',
+        'echo v > /picked/verifier/reward.txt',
+        'echo x > /picked/other/x.txt',
+        'echo forged > /picked/trial.log',
+      ].join(' && '),
+    });
+    const selection = { folders: ['agent', 'verifier'], maxSkippedBytes: 1024 };
+    const target = await scratchDir();
+    assert.equal(await environment.downloadFolders(handle, '/picked', selection, target), true);
+    assert.deepEqual((await readdir(target)).sort(), ['agent', 'verifier']);
+    assert.equal(await readFile(path.join(target, 'agent', 'sub', 'a.txt'), 'utf8'), 'a\n');
+    assert.equal(await readFile(path.join(target, 'verifier', 'reward.txt'), 'utf8'), 'v\n');
+
+    await environment.exec(handle, { command: 'head -c 4096 /dev/zero > /picked/other/big.bin' });
+    assert.equal(await environment.downloadFolders(handle, '/picked', selection, await scratchDir()), false);
+    assert.equal(await environment.downloadFolders(handle, '/nothing/here', selection, await scratchDir()), true);
+  });
+
   it('falls back to sh in an image without bash', async () => {
     const { image: noBash } = await environment.build(
       await contextWith('FROM debian:bookworm-slim\nRUN rm /usr/bin/bash /bin/bash 2>/dev/null; ! test -e /bin/bash\n')
@@ -494,6 +516,34 @@ describe('extractArchive', () => {
     assert.deepEqual(await readdir(parent), ['target']);
     assert.deepEqual((await readdir(target)).sort(), ['dir', 'ok.txt']);
     assert.equal(await readFile(path.join(target, 'dir', 'deep.txt'), 'utf8'), 'deep');
+  });
+
+  it('takes only the chosen folders, and stops (false) where one of them is not a folder', async () => {
+    const selection = { folders: ['agent', 'verifier'], maxSkippedBytes: 100 };
+    const target = await scratchDir();
+    const complete = await extractArchive(
+      archiveOf([
+        { name: 'logs', type: 'directory' },
+        { name: 'logs/agent', type: 'directory' },
+        { name: 'logs/agent/a.txt', text: 'a' },
+        { name: 'logs/artifacts/big.txt', text: 'x'.repeat(60) },
+        { name: 'logs/trial.log', text: 'forged' },
+        { name: 'logs/verifier/reward.txt', text: '1' },
+        { name: 'logs/verifier-not/x.txt', text: 'x' },
+      ]),
+      target,
+      undefined,
+      '',
+      selection
+    );
+    assert.equal(complete, true);
+    assert.deepEqual((await readdir(target)).sort(), ['agent', 'verifier']);
+    assert.equal(await readFile(path.join(target, 'verifier', 'reward.txt'), 'utf8'), '1');
+
+    const fileForFolder = archiveOf([{ name: 'logs/agent', text: 'a file' }]);
+    assert.equal(await extractArchive(fileForFolder, await scratchDir(), undefined, '', selection), false);
+    const tooMuchElse = archiveOf([{ name: 'logs/other.bin', text: 'x'.repeat(101) }]);
+    assert.equal(await extractArchive(tooMuchElse, await scratchDir(), undefined, '', selection), false);
   });
 
   it('never writes through a link already on the host, in a folder or a file', async () => {

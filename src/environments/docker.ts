@@ -53,7 +53,7 @@ import {
   projectName,
   taskComposeFile,
 } from './docker-compose';
-import type { CollectBudget } from './host-files';
+import type { CollectBudget, FolderSelection } from './host-files';
 import { extractArchive } from './host-files';
 
 const IMAGE_REPOSITORY = 'rollout-env';
@@ -780,15 +780,34 @@ export class DockerEnvironment implements Environment {
     hostDir: string,
     budget?: CollectBudget
   ): Promise<void> {
-    let archive: NodeJS.ReadableStream;
+    const archive = await this.archiveOf(handle, containerPath);
+    if (archive) await extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
+  }
+
+  /** One archive for several folders: each getArchive costs the daemon a process of its own (tens of CPU-ms). */
+  async downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    const archive = await this.archiveOf(handle, containerPath);
+    return archive ? extractArchive(archive, hostDir, budget, '', selection) : true;
+  }
+
+  /** The archive of containerPath; undefined when nothing is there (the agent wrote no logs). */
+  private async archiveOf(
+    handle: EnvironmentHandle,
+    containerPath: string
+  ): Promise<NodeJS.ReadableStream | undefined> {
     try {
-      archive = await this.docker.getContainer(handle.id).getArchive({ path: containerPath });
+      return await this.docker.getContainer(handle.id).getArchive({ path: containerPath });
     } catch (err) {
-      // Nothing at containerPath (the agent wrote no logs) is normal; a missing container is not.
-      if (statusCode(err) === 404 && !/no such container/i.test(daemonMessage(err))) return;
+      // Nothing at containerPath is normal; a missing container is not.
+      if (statusCode(err) === 404 && !/no such container/i.test(daemonMessage(err))) return undefined;
       throw err;
     }
-    await extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
   }
 
   /**

@@ -6,7 +6,7 @@
 import type { PhaseNetwork } from '../task/policy';
 import type { KubernetesSettings } from '../job/schema';
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
-import type { CollectBudget } from './host-files';
+import type { CollectBudget, FolderSelection } from './host-files';
 
 /**
  * Labels on every container and image Rollout creates: who owns it, so anything left behind can be found, and
@@ -223,6 +223,18 @@ export interface Environment {
    * skipped and nothing is written outside hostDir. With a budget, nothing is written once a limit is reached.
    */
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void>;
+  /**
+   * Downloads some folders of `containerPath`, each into hostDir/<name> (as `download` of each would), in one
+   * transfer. False when it gave up (see FolderSelection): then nothing is complete, and each is to be downloaded.
+   * Absent where one transfer is not cheaper.
+   */
+  downloadFolders?(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean>;
   stop(handle: EnvironmentHandle): Promise<void>;
   /**
    * Stops the environment but keeps it (Harbor's stop_service of main): nothing runs in it any more, and files can

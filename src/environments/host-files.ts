@@ -93,23 +93,37 @@ export async function extractArchive(
   hostDir: string,
   budget?: CollectBudget,
   /** How cut entries are named in the budget's report: the folder hostDir stands for. */
-  reportAs = ''
-): Promise<void> {
+  reportAs = '',
+  /** Only these folders of the archive's (hostDir/<name>); false when that could not be done (see FolderSelection). */
+  selection?: FolderSelection
+): Promise<boolean> {
   const root = path.resolve(hostDir);
   await mkdir(root, { recursive: true });
   const extract = tarStream.extract();
   archive.once('error', (err: Error) => extract.destroy(err));
   archive.pipe(extract);
+  const stop = () => {
+    (archive as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
+    extract.destroy();
+  };
+  let skippedBytes = 0;
   for await (const entry of extract) {
     const relative = entryPath(entry.header);
     const target = relative === undefined ? undefined : resolveInside(root, relative);
-    if (target === undefined || target === root) {
+    const selected = selection ? selectedBy(selection, relative, entry.header.type) : 'yes';
+    if (selected !== 'yes') {
+      entry.resume();
+      skippedBytes += entry.header.size ?? 0;
+      if (selected === 'not-a-folder' || skippedBytes > selection!.maxSkippedBytes) {
+        stop();
+        return false;
+      }
+    } else if (target === undefined || target === root) {
       entry.resume();
     } else if (budget && !budget.admit(path.join(reportAs, relative ?? ''), entry.header.size ?? 0)) {
       // Over a limit: stop reading, so an agent's endless output does not hold the step for its whole timeout.
       entry.resume();
-      (archive as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
-      extract.destroy();
+      stop();
       break;
     } else if (entry.header.type === 'directory') {
       await makeRealDirectory(root, target);
@@ -119,6 +133,28 @@ export async function extractArchive(
       await writeEntry(entry, target);
     }
   }
+  return true;
+}
+
+/**
+ * Some folders of an archived folder, taken from one archive of it: what else is in it is read past, but only up to
+ * `maxSkippedBytes`, and one of the names that is not a folder there would land elsewhere than that folder's own
+ * download puts it. Either way the extraction stops and reports it, for the caller to download each folder instead.
+ */
+export interface FolderSelection {
+  folders: readonly string[];
+  maxSkippedBytes: number;
+}
+
+function selectedBy(
+  { folders }: FolderSelection,
+  relative: string | undefined,
+  type: tarStream.Header['type']
+): 'yes' | 'no' | 'not-a-folder' {
+  if (relative === undefined) return 'no';
+  const [top, ...below] = relative.split('/');
+  if (!folders.includes(top!)) return 'no';
+  return below.length > 0 || type === 'directory' ? 'yes' : 'not-a-folder';
 }
 
 /** Where an archive entry goes below hostDir, or undefined when it is not written at all. */
