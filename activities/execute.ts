@@ -50,12 +50,16 @@ export function executeAgent(deps: ActivityDeps) {
         if (!killedByVerifier) await run.environment.killAll(run.handle);
         return executed;
       });
-      const leftovers = killedByVerifier
-        ? "the verifier's first exec kills every process the agent left"
-        : 'every process the agent started killed';
+      // (A timeout has killed them already.)
+      const leftovers =
+        killedByVerifier && !result.timedOut
+          ? "the verifier's first exec kills every process the agent left"
+          : 'every process the agent started killed';
       await log(spec, 'execute', `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: ${leftovers}`);
       const failure = session?.failure();
       if (failure && !result.timedOut) {
+        // No verification follows a failed step: nothing the agent left may outlive it.
+        if (killedByVerifier) await run.environment.killAll(run.handle);
         throw taskFailure(
           failure.type,
           `the agent's last model call failed (HTTP ${failure.status || 'connection'}): ${failure.message.slice(0, 500)}`
