@@ -16,7 +16,16 @@ import { writeFileAtomic } from '../src/results/files';
 /** Compiled folders the workflows may import from (workflows/ imports types and pure helpers of src/). */
 const SOURCE_FOLDERS = ['workflows', 'src'];
 
-export async function workflowBundle(): Promise<{ codePath: string }> {
+let pending: Promise<{ codePath: string }> | undefined;
+
+/** The bundle's path, found (or built) once per process: the CLI asks early, while it plans the job. */
+export function workflowBundle(): Promise<{ codePath: string }> {
+  pending ??= findOrBuildBundle();
+  pending.catch(() => (pending = undefined)); // a failure is reported to the caller, and tried again next time
+  return pending;
+}
+
+async function findOrBuildBundle(): Promise<{ codePath: string }> {
   const workflowsPath = require.resolve('../workflows');
   const file = path.join(hostCacheDir(), 'workflow-bundles', `${await codeDigest()}.js`);
   if (!existsSync(file)) {

@@ -9,6 +9,7 @@ import type { jobWorkflow } from '../../workflows';
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
 import { startWorkers } from '../../workers/create-workers';
+import { workflowBundle } from '../../workers/workflow-bundle';
 import { InputError } from '../errors';
 import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
@@ -68,6 +69,9 @@ export async function resumeJob(nameOrDir: string, jobsDir: string, options: Run
 }
 
 export async function runJob(job: ResolvedJob, file: string, options: RunOptions): Promise<number> {
+  // The worker's slowest part to start: its bundle is looked up (a digest of the compiled code) while the job is
+  // planned. A failure surfaces when the worker asks for it.
+  if (options.worker) workflowBundle().catch(() => undefined);
   // The Docker preflight answers while the tasks are read; its failure counts only once the input is known valid.
   const preflight = options.worker
     ? createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping()
