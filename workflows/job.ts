@@ -98,6 +98,13 @@ const SLOT_FIRST_PATCH = 'start-trials-before-housekeeping';
 const START_TOGETHER_PATCH = 'start-trials-together';
 /** Jobs started before the final result was written once wrote it after the last trial's, then released images. */
 const FINAL_WRITE_ONCE_PATCH = 'final-result-written-once';
+/**
+ * Jobs started before housekeeping was paced started (and cancelled) a reconcile timer at every wait, and wrote the
+ * result at every trial's end.
+ */
+const PACED_HOUSEKEEPING_PATCH = 'paced-housekeeping';
+/** While trials keep finishing, the job's result.json is written at most this often (the trials' own at once). */
+const RESULT_WRITE_INTERVAL_MS = 1000;
 const DEFAULT_MAX_HISTORY_EVENTS = 10_000;
 const CANCEL_DRAIN_TIMEOUT = '10 minutes';
 
@@ -224,11 +231,36 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     }
   };
 
+  const reconcileIntervalMs = (input.reconcileIntervalSec ?? DEFAULT_RECONCILE_INTERVAL_SEC) * 1000;
+  // One timer for the whole run says when to check on the trials: a timer per wait, started and cancelled, cost two
+  // events and a server timer at every trial's end.
+  const paced = patched(PACED_HOUSEKEEPING_PATCH);
+  let reconcileDue = false;
+  if (paced) {
+    // Not cancellable: a cancelled job still checks on the trials it waits for.
+    void CancellationScope.nonCancellable(async () => {
+      for (;;) {
+        await sleep(reconcileIntervalMs);
+        reconcileDue = true;
+      }
+    });
+  }
+
   /** Waits until `ready` holds, checking on running trials every reconcile interval meanwhile. */
   const waitForTrials = async (ready: () => boolean) => {
     if (!patched(RECONCILE_PATCH)) return void (await condition(ready));
-    const interval = (input.reconcileIntervalSec ?? DEFAULT_RECONCILE_INTERVAL_SEC) * 1000;
-    while (!(await condition(ready, interval))) await reconcile();
+    if (!paced) {
+      while (!(await condition(ready, reconcileIntervalMs))) await reconcile();
+      return;
+    }
+    for (;;) {
+      await condition(() => ready() || reconcileDue);
+      if (reconcileDue) {
+        reconcileDue = false;
+        await reconcile();
+      }
+      if (ready()) return;
+    }
   };
 
   const writeResult = async () => {
@@ -288,10 +320,22 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     };
     let housekeeping: Promise<void> | null = null;
     let housekeepingFailure: Error | null = null;
-    /** Writes the result (again while trials keep finishing) and releases images, unless already under way. */
+    /** Workflow time of the last result write, and whether the next may not wait for its interval. */
+    let lastWrite = -Infinity;
+    let writeNow = false;
+    /**
+     * Writes the result (again while trials keep finishing, at most once per RESULT_WRITE_INTERVAL_MS) and releases
+     * images, unless already under way.
+     */
     const housekeep = () => {
       housekeeping ??= (async () => {
-        while (dirty) await writeResult();
+        while (dirty) {
+          const wait = lastWrite + RESULT_WRITE_INTERVAL_MS - Date.now();
+          if (paced && wait > 0 && !writeNow) await condition(() => writeNow, wait);
+          if (!dirty) break; // the final write, which follows, says it all
+          await writeResult();
+          lastWrite = Date.now();
+        }
         await releaseImages(input, state);
       })()
         .catch((err: unknown) => void (housekeepingFailure ??= err instanceof Error ? err : new Error(String(err))))
@@ -303,6 +347,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
       const { continueAsNewSuggested, historyLength } = workflowInfo();
       if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
         await allStarted();
+        writeNow = true;
         await housekeeping;
         throw new ContinueAsNew();
       }
@@ -390,11 +435,24 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     await allStarted();
     // The tail: keep results fresh and images released while the last trials finish.
     while (runningCount() > 0) {
+      if (paced) {
+        await waitForTrials(() => runningCount() === 0 || (dirty && housekeeping === null));
+        if (runningCount() === 0) break;
+        housekeep();
+        await continueAsNewIfLong();
+        continue;
+      }
       await waitForTrials(() => dirty);
       if (finalWriteOnce && runningCount() === 0) break;
       await checkpoint();
     }
-    await (finalWriteOnce ? housekept() : checkpoint());
+    if (!finalWriteOnce) return checkpoint();
+    if (paced) {
+      // The final write follows: housekeeping under way need not write, nor wait to.
+      dirty = false;
+      writeNow = true;
+    }
+    await housekept();
   }
 }
 
