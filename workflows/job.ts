@@ -293,12 +293,12 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
       await Promise.race([waitForTrials(drained), sleep(CANCEL_DRAIN_TIMEOUT)]);
       // No more trials will run: every image the job built (and no trial still holds) goes, as after a full run.
       for (const env of Object.values(state.envs)) env.dispatched = true;
-      await releaseImages(input, state);
+      await releaseImages(input, state, paced);
     });
   }
   if (finalWriteOnce && status === 'completed') {
     // The last trial's end is written once, with the final status, while the images no trial needs go.
-    await CancellationScope.nonCancellable(() => Promise.all([writeResult(), releaseImages(input, state)]));
+    await CancellationScope.nonCancellable(() => Promise.all([writeResult(), releaseImages(input, state, paced)]));
   } else {
     await CancellationScope.nonCancellable(writeResult);
   }
@@ -323,6 +323,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
     /** Workflow time of the last result write, and whether the next may not wait for its interval. */
     let lastWrite = -Infinity;
     let writeNow = false;
+    /** The last trial ended: the final write and release follow. */
+    let finishing = false;
     /**
      * Writes the result (again while trials keep finishing, at most once per RESULT_WRITE_INTERVAL_MS) and releases
      * images, unless already under way.
@@ -336,7 +338,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
           await writeResult();
           lastWrite = Date.now();
         }
-        await releaseImages(input, state);
+        // At the end, the final write's release takes them, alongside it.
+        if (!(paced && finishing)) await releaseImages(input, state, paced);
       })()
         .catch((err: unknown) => void (housekeepingFailure ??= err instanceof Error ? err : new Error(String(err))))
         .finally(() => (housekeeping = null));
@@ -451,6 +454,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
       // The final write follows: housekeeping under way need not write, nor wait to.
       dirty = false;
       writeNow = true;
+      finishing = true;
     }
     await housekept();
   }
@@ -483,13 +487,17 @@ async function startTrial(spec: TrialSpec): Promise<void> {
   }
 }
 
-/** Removes images of environments no remaining trial needs, on every host that built one. */
-async function releaseImages(input: JobInput, state: JobCarry): Promise<void> {
+/**
+ * Removes images of environments no remaining trial needs, on every host that built one; `together`: all at once
+ * (jobs started before paced housekeeping removed one environment's after another's).
+ */
+async function releaseImages(input: JobInput, state: JobCarry, together = false): Promise<void> {
+  const removals: Promise<unknown>[] = [];
   for (const [envKey, env] of Object.entries(state.envs)) {
     if (!env.dispatched || env.running > 0) continue;
     delete state.envs[envKey];
     if (!input.deleteImages) continue;
-    await Promise.all(
+    const removal = Promise.all(
       Object.entries(env.images).map(async ([hostQueue, image]) => {
         const { removeImage } = proxyActivities<ProviderActivities>({
           taskQueue: hostQueue,
@@ -501,7 +509,10 @@ async function releaseImages(input: JobInput, state: JobCarry): Promise<void> {
         await removeImage({ environmentType: input.environmentType, image }).catch(() => false);
       })
     );
+    if (together) removals.push(removal);
+    else await removal;
   }
+  await Promise.all(removals);
 }
 
 /** On cancel: ask every running trial to cancel (their cleanup runs); the caller waits for them to report back. */
