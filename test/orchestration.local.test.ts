@@ -106,6 +106,31 @@ describe('orchestration on the local environment', () => {
     await recordHistory(client, results[0]!.workflow_id, 'trial-local-steps');
     const executions = await client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
     assert.equal(executions.count, 300, 'one Trial workflow execution per trial');
+
+    // Paced housekeeping, in every run of the Job: one reconcile timer per run (not one per wait), and result.json
+    // written at most once a second of workflow time while trials finish (all but the final write).
+    let writes = 0;
+    for await (const run of client.workflow.list({ query: `WorkflowId = "${plan.jobWorkflowId}"` })) {
+      const events = (await client.workflow.getHandle(plan.jobWorkflowId, run.runId).fetchHistory()).events ?? [];
+      const reconcileTimers = events.filter(
+        (event) => Number(event.timerStartedEventAttributes?.startToFireTimeout?.seconds ?? 0) === 120
+      );
+      // One more for each interval the run lasted (CI may be slow), never one per trial's end.
+      const intervals = Math.floor(((run.closeTime ?? new Date()).getTime() - run.startTime.getTime()) / 120_000);
+      assert.ok(
+        reconcileTimers.length >= 1 && reconcileTimers.length <= 1 + intervals,
+        `run ${run.runId}: ${reconcileTimers.length} reconcile timers`
+      );
+      const writeTimes = events
+        .filter((event) => event.activityTaskScheduledEventAttributes?.activityType?.name === 'writeJobResult')
+        .map((event) => Number(event.eventTime!.seconds) * 1000 + Math.floor((event.eventTime!.nanos ?? 0) / 1e6));
+      writes += writeTimes.length;
+      const paced = run.status.name === 'COMPLETED' ? writeTimes.slice(0, -1) : writeTimes;
+      for (let i = 1; i < paced.length; i++) {
+        assert.ok(paced[i]! - paced[i - 1]! >= 1000, `run ${run.runId}: writes ${paced[i]! - paced[i - 1]!} ms apart`);
+      }
+    }
+    assert.ok(writes < 300, `${writes} result writes for 300 trials`);
   });
 
   it('shares one job between two workers with separate host identities', async () => {
