@@ -146,7 +146,8 @@ describe('built-in agents end to end through the gateway against the scripted mo
         // took 170-205 s of their 240 s at load 33): the tasks' 60 s would be tight.
         timeout_multiplier: 6,
         retry: { error_types: ['ApiRateLimitError'], max_retries: 2, min_wait_sec: 0.2, max_wait_sec: 1 },
-        environment: { type: 'docker', delete: true },
+        // Real agents need more than hello-world's 512Mi: opencode's runtime alone was OOM-killed at 521 MB.
+        environment: { type: 'docker', delete: true, override_memory: '2Gi' },
         agents,
         datasets: [{ path: 'tasks' }],
       };

@@ -58,9 +58,10 @@ describe('a job on its Docker host', () => {
     const name = newJobName('collect-fails');
     const dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
     await writeOracleJob(dir, { name });
-    // Copying the agent's logs out of the container fails, as it would from a daemon in trouble.
+    // Copying the agent's logs out of the container fails, as it would from a daemon in trouble: the one archive of
+    // /logs collect asks for, and /logs/agent alone.
     const daemon = await faultyDocker((request) =>
-      /^GET \S*\/containers\/[^/]+\/archive\?path=%2Flogs%2Fagent/.test(request)
+      /^GET \S*\/containers\/[^/]+\/archive\?path=%2Flogs(%2Fagent)?(&|$)/.test(request)
     );
     try {
       const run = await runCli(['job.yaml'], { cwd: dir, env: { DOCKER_HOST: daemon.dockerHost } });

@@ -337,6 +337,9 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
           if (!dirty) break; // the final write, which follows, says it all
           await writeResult();
           lastWrite = Date.now();
+          // Written at once before continuing-as-new: once (the next run writes what came since), not again for
+          // every trial that ends meanwhile.
+          if (paced && writeNow) break;
         }
         // At the end, the final write's release takes them, alongside it.
         if (!(paced && finishing)) await releaseImages(input, state, paced);
