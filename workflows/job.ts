@@ -331,6 +331,8 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
      */
     const housekeep = () => {
       housekeeping ??= (async () => {
+        // Images go at once; only the result write is paced.
+        if (paced && !finishing) await releaseImages(input, state, paced);
         while (dirty) {
           const wait = lastWrite + RESULT_WRITE_INTERVAL_MS - Date.now();
           if (paced && wait > 0 && !writeNow) await condition(() => writeNow, wait);
@@ -341,7 +343,7 @@ export async function jobWorkflow(input: JobInput): Promise<JobProgress> {
           // every trial that ends meanwhile.
           if (paced && writeNow) break;
         }
-        // At the end, the final write's release takes them, alongside it.
+        // Those freed meanwhile; at the end, the final write's release takes them, alongside it.
         if (!(paced && finishing)) await releaseImages(input, state, paced);
       })()
         .catch((err: unknown) => void (housekeepingFailure ??= err instanceof Error ? err : new Error(String(err))))
