@@ -1,5 +1,6 @@
 /** Two agents (of one job or two) task by task: where they differ, and whether the difference is beyond noise. */
 import { MIN_TASKS_BOOTSTRAP, pairedEstimate } from '../../results/statistics';
+import { differenceChart } from '../charts/compare';
 import type { TrialRow } from '../data';
 import type { LinkContext } from '../html';
 import { document, fmt, html, rewardColour } from '../html';
@@ -77,6 +78,11 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
               : null
         }
       </p>
+      ${differenceChart(
+        paired.map((row) => ({ task: row.task, diff: row.diff! })),
+        estimate,
+        { a: 'A', b: 'B' }
+      )}
       <p class="note">
         Per task: the mean primary reward over its scored attempts. The interval is a bootstrap over tasks of the mean
         difference (docs/results.md).

@@ -1,6 +1,7 @@
 /** A job's page: metrics, errors, usage, then the task × agent matrix, comparisons and trials (job-sections.ts). */
 import type { RewardMetrics } from '../../results/job-stats';
 import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../../results/statistics';
+import { jobCharts } from '../charts/job';
 import type { EvalView, JobSummary, TrialFilter, TrialRow, UsageTotals } from '../data';
 import { errorLevel } from '../data';
 import type { LinkContext, VNode } from '../html';
@@ -48,7 +49,8 @@ export function jobPage(ctx: LinkContext, data: JobPageData): string {
         at reward ≥ 1 · infrastructure errors and cancellations are not scored.
         ${lacksInterval(data.evals.flatMap((e) => Object.values(e.metrics))) ? html`<br /><span id="too-few-tasks">${TOO_FEW_TASKS_NOTE}</span>` : null}
       </p>
-      ${errorsSection(ctx, job.name, errors)} ${usageSection(data.usage)}
+      ${jobCharts(rows, data.evals, data.usage, Date.now())} ${errorsSection(ctx, job.name, errors)}
+      ${usageSection(data.usage)}
       <h2>Tasks × agents</h2>
       ${matrixSection(ctx, job.name, rows, data.matrixPage)} ${compareSection(ctx, job.name, agents, data.otherJobs)}
       <h2 id="trials">Trials</h2>
