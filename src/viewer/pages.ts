@@ -124,8 +124,8 @@ export function jobPage(ctx: LinkContext, data: JobPageData): string {
       ${metricsTable(data.evals)}
       <p class="note">
         n: trials the key is summarised over · ci95: 95% t-interval of the mean, clustered by task · pass@k: unbiased
-        estimator (Chen et al. 2021), a trial passes at reward ≥ 1 · infrastructure errors and cancellations are not
-        scored.
+        estimator (Chen et al. 2021), a trial passes at reward ≥ 1 · infrastructure and model API errors and
+        cancellations are not scored.
       </p>
       ${errorsSection(ctx, job.name, errors)} ${usageSection(data.usage)}
       <h2>Tasks × agents</h2>
@@ -193,7 +193,7 @@ function interval(m: RewardMetrics): VNode | null {
 function errorsSection(ctx: LinkContext, jobName: string, errors: Map<string, number>): VNode {
   const levels = [
     ['task', 'Task errors (scored: no reward counts 0)'],
-    ['infrastructure', 'Infrastructure errors (not scored)'],
+    ['infrastructure', 'Infrastructure and model API errors (not scored)'],
     ['cancelled', 'Cancelled (not scored)'],
   ] as const;
   return html`<div id="errors">
