@@ -75,7 +75,7 @@ describe('model gateway: upstream faults absorbed', () => {
     const [record] = await records(session);
     const statuses = record!.attempts!.map((a) => a.status);
     assert.equal(statuses.at(-1), 200);
-    assert.ok(statuses.slice(0, -1).length >= 1 && statuses.slice(0, -1).every((s) => s === 429), `${statuses}`);
+    assert.ok(statuses.slice(0, -1).length >= 1 && statuses.slice(0, -1).every((s) => s === 429), statuses.join(', '));
     // retry-after is honoured: each wait at least the second asked for.
     assert.ok(record!.attempts!.slice(0, -1).every((a) => a.wait_ms >= 1_000));
     assert.ok(record!.waited_ms! >= 1_000);
@@ -200,7 +200,7 @@ describe('model gateway: upstream faults absorbed', () => {
       assert.equal((await proxied.call()).status, 200);
       assert.ok(
         seen.some((url) => url.startsWith(`${upstream.openAiBaseUrl}/chat/completions`)),
-        `${seen}`
+        seen.join(', ')
       );
       assert.equal((await probeUpstream('openai', { baseUrl: upstream.openAiBaseUrl, apiKey: 'k' })).ok, true);
       assert.ok(
