@@ -21,14 +21,14 @@ import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
 import { removeJobLeftovers } from './support/docker';
+import { gatewayAgentYaml, prepareGatewayTask } from './support/gateway-agent';
 import { validateWithHarbor } from './support/harbor';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
-import { REPO_ROOT, testTemporal } from './support/temporal';
+import { testTemporal } from './support/temporal';
 
 const jobName = `gateway-${randomBytes(3).toString('hex')}`;
 const KEY = `sk-real-${randomBytes(12).toString('hex')}`;
-const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent');
 
 async function readJson<T>(file: string): Promise<T> {
   return JSON.parse(await readFile(file, 'utf8')) as T;
@@ -50,27 +50,12 @@ describe('model gateway in real jobs', () => {
     scripted.session('flaky', { turns, fault: { kind: 'rate-limit', times: 1, retryAfterSec: 0 } });
     scripted.session('limited', { turns, fault: { kind: 'rate-limit', retryAfterSec: 0 } });
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    const task = path.join(dir, 'tasks', 'hello-world');
-    await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(path.join(FIXTURES, 'verifier.sh')));
-    const script = await readFile(path.join(FIXTURES, 'agent.sh'), 'utf8');
-    const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
-    await writeFile(
-      path.join(task, 'task.toml'),
-      toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-    );
+    const script = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
     const agent = (name: string) =>
-      [
-        `  - name: ${name}`,
-        '    gateway: true',
-        '    execute: |',
-        ...script
-          .trimEnd()
-          .split('\n')
-          .map((line) => `      ${line}`),
-        '    env:',
-        '      OPENAI_API_KEY: ${ROLLOUT_TEST_KEY}',
-        `      OPENAI_BASE_URL: ${scripted.url}/s/${name}/v1`,
-      ].join('\n');
+      gatewayAgentYaml(name, script, {
+        OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',
+        OPENAI_BASE_URL: `${scripted.url}/s/${name}/v1`,
+      });
     await writeFile(
       path.join(dir, 'job.yaml'),
       [

@@ -21,13 +21,13 @@ import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, workspace } from './support/cli';
 import { removeJobLeftovers } from './support/docker';
+import { gatewayAgentYaml, prepareGatewayTask } from './support/gateway-agent';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
-import { REPO_ROOT, testTemporal } from './support/temporal';
+import { testTemporal } from './support/temporal';
 
 const suffix = randomBytes(3).toString('hex');
 const KEY = `sk-real-${randomBytes(8).toString('hex')}`;
-const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent');
 const TURNS = [{ shell: "printf 'Hello, world!' > /app/hello.txt" }, { say: 'done' }];
 /** Calls the model through the gateway once a second until its timeout, whatever the answer. */
 const STUBBORN = [
@@ -52,20 +52,6 @@ async function callRecords(file: string): Promise<LlmCallRecord[]> {
     .map((line) => JSON.parse(line) as LlmCallRecord);
 }
 
-function agentYaml(name: string, script: string, env: Record<string, string>): string {
-  return [
-    `  - name: ${name}`,
-    '    gateway: true',
-    '    execute: |',
-    ...script
-      .trimEnd()
-      .split('\n')
-      .map((line) => `      ${line}`),
-    '    env:',
-    ...Object.entries(env).map(([key, value]) => `      ${key}: '${value}'`),
-  ].join('\n');
-}
-
 /** A port nothing listens on: connections to it are refused. */
 async function closedPort(): Promise<number> {
   const server = http.createServer();
@@ -88,15 +74,7 @@ describe('upstream failures in real jobs (scripted model server)', () => {
     scripted = await startScriptedModelServer();
     dying = await startScriptedModelServer();
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    const task = path.join(dir, 'tasks', 'hello-world');
-    // The fixture's verifier checks that the key (KEY_PROBE) is nowhere in the container.
-    await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(path.join(FIXTURES, 'verifier.sh')));
-    const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
-    await writeFile(
-      path.join(task, 'task.toml'),
-      toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-    );
-    fixtureAgent = await readFile(path.join(FIXTURES, 'agent.sh'), 'utf8');
+    fixtureAgent = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
   });
   after(async () => {
     await connection.close();
@@ -119,7 +97,7 @@ describe('upstream failures in real jobs (scripted model server)', () => {
       'n_concurrent_trials: 8',
       'timeout_multiplier: 4',
       'agents:',
-      agentYaml('burst', fixtureAgent, {
+      gatewayAgentYaml('burst', fixtureAgent, {
         OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',
         OPENAI_BASE_URL: `${scripted.url}/s/burst/v1`,
       }),
@@ -192,11 +170,11 @@ describe('upstream failures in real jobs (scripted model server)', () => {
       'timeout_multiplier: 0.25',
       'retry: {max_retries: 1, min_wait_sec: 0.2, max_wait_sec: 1}',
       'agents:',
-      agentYaml('dying', fixtureAgent, {
+      gatewayAgentYaml('dying', fixtureAgent, {
         OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',
         OPENAI_BASE_URL: `${dying.url}/s/dying/v1`,
       }),
-      agentYaml('stubborn', STUBBORN, {
+      gatewayAgentYaml('stubborn', STUBBORN, {
         OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',
         OPENAI_BASE_URL: `http://127.0.0.1:${await closedPort()}/v1`,
       }),
