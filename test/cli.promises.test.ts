@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,7 +18,7 @@ import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli } from './support/cli';
 import { writeLocalJob } from './support/local-job';
-import { testTemporal } from './support/temporal';
+import { REPO_ROOT, testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
 
 describe('CLI usage errors', () => {
@@ -80,6 +80,20 @@ describe('a job cancelled, or left without its CLI', () => {
     assert.equal(cancelled.error?.step, 'execute');
     const job = JSON.parse(await readFile(path.join(jobDir, 'result.json'), 'utf8')) as JobResult;
     assert.equal(job.evals['echo__tasks']?.n_errors, 0);
+    // Every key of both result files is documented.
+    const documented = await readFile(path.join(REPO_ROOT, 'docs', 'results.md'), 'utf8');
+    const trialKeys = Object.keys(
+      JSON.parse(await readFile(path.join(jobDir, 'trivial__echo__1', 'result.json'), 'utf8')) as object
+    );
+    for (const key of [...Object.keys(job), ...trialKeys])
+      assert.ok(documented.includes(`\`${key}\``), `${key} is not in docs/results.md`);
+    // A trial that ran once, with no model calls, has no earlier runs to keep.
+    assert.deepEqual((await readdir(path.join(jobDir, 'trivial__echo__1'))).sort(), [
+      'agent',
+      'result.json',
+      'trial.log',
+      'verifier',
+    ]);
 
     const jobs = await runCli(['jobs'], { cwd });
     assert.equal(jobs.code, 0, jobs.stderr);
