@@ -9,74 +9,21 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import type { V1Pod } from '@kubernetes/client-node';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
-import { parse, stringify } from 'yaml';
+import { stringify, parse } from 'yaml';
 
 import { LABEL_JOB } from '../src/environments/environment';
 import type { TrialResult } from '../src/results/trial-result';
 import { runCli, startCli, workspace } from './support/cli';
-import type { ImageRegistry } from './support/image-registry';
-import { startImageRegistry } from './support/image-registry';
-import type { KubernetesStandIn } from './support/kubernetes-stand-in';
-import { startKubernetesStandIn } from './support/kubernetes-stand-in';
+import type { KubernetesTarget } from './support/kubernetes-target';
+import { ON_CLUSTER, startKubernetesTarget } from './support/kubernetes-target';
 import { TEST_SERVER, testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
 
-const onCluster = process.env.ROLLOUT_TEST_KUBERNETES === 'cluster';
 const run = randomBytes(3).toString('hex');
 
-/** Where the jobs run: the stand-in and a local registry, or a real cluster and its registry. */
-interface Target {
-  kubeconfig: string;
-  namespace: string;
-  registry: string;
-  pods(jobName: string): Promise<V1Pod[]>;
-  deletePod(name: string): Promise<void>;
-  close(): Promise<void>;
-}
-
-async function standInTarget(dir: string): Promise<Target | string> {
-  const registry: ImageRegistry | string = await startImageRegistry(TEST_SERVER.port + 9);
-  if (typeof registry === 'string') return registry;
-  const namespace = `rollout-e2e-${run}`;
-  const standIn: KubernetesStandIn = await startKubernetesStandIn({ dir, namespace });
-  return {
-    kubeconfig: standIn.kubeconfig,
-    namespace,
-    registry: registry.address,
-    pods: (jobName) =>
-      Promise.resolve(standIn.pods(namespace).filter((pod) => pod.metadata?.labels?.[LABEL_JOB] === jobName)),
-    deletePod: (name) => standIn.deletePod(namespace, name),
-    async close() {
-      await standIn.close();
-      await registry.stop();
-    },
-  };
-}
-
-function clusterTarget(): Target | string {
-  const kubeconfig = process.env.KUBECONFIG;
-  const registry = process.env.ROLLOUT_TEST_KUBERNETES_REGISTRY;
-  if (!kubeconfig) return 'KUBECONFIG is not set';
-  if (!registry)
-    return 'ROLLOUT_TEST_KUBERNETES_REGISTRY (a registry the cluster pulls from and this host pushes to) is not set';
-  const config = new KubeConfig();
-  config.loadFromFile(kubeconfig);
-  const core = config.makeApiClient(CoreV1Api);
-  const namespace = process.env.ROLLOUT_TEST_KUBERNETES_NAMESPACE ?? 'default';
-  return {
-    kubeconfig,
-    namespace,
-    registry,
-    pods: async (jobName) =>
-      (await core.listNamespacedPod({ namespace, labelSelector: `${LABEL_JOB}=${jobName}` })).items,
-    deletePod: async (name) => {
-      await core.deleteNamespacedPod({ name, namespace, gracePeriodSeconds: 0 });
-    },
-    close: () => Promise.resolve(),
-  };
-}
+/** Where the jobs run: the stand-in or a real cluster, with an image registry. */
+type Target = KubernetesTarget;
+const jobPods = (jobName: string) => (target as Target).pods(`${LABEL_JOB}=${jobName}`);
 
 let dir: string;
 let target: Target | string;
@@ -100,12 +47,12 @@ async function kubernetesJob(file: string, name: string, environment: Record<str
 
 const kubeEnv = () => ({ KUBECONFIG: (target as Target).kubeconfig });
 
-describe(`kubernetes jobs end to end (${onCluster ? 'cluster' : 'stand-in'})`, () => {
+describe(`kubernetes jobs end to end (${ON_CLUSTER ? 'cluster' : 'stand-in'})`, () => {
   before(async () => {
     const { connection } = await testTemporal(); // starts the tests' Temporal server
     await connection.close();
     dir = await workspace({ examples: 'examples' });
-    target = onCluster ? clusterTarget() : await standInTarget(dir);
+    target = await startKubernetesTarget({ dir, namespace: `rollout-e2e-${run}`, registryPort: TEST_SERVER.port + 9 });
     if (typeof target === 'string') console.log(`# not run: ${target}`);
   });
   after(async () => {
@@ -130,7 +77,7 @@ describe(`kubernetes jobs end to end (${onCluster ? 'cluster' : 'stand-in'})`, (
       await readFile(path.join(dir, 'jobs', name, 'hello-world__greeter__1', 'agent', 'install.txt'), 'utf8'),
       /installed greeter/
     );
-    assert.deepEqual(await target.pods(name), [], 'no pod left');
+    assert.deepEqual(await jobPods(name), [], 'no pod left');
   });
 
   it('refuses a job that would build without image_registry, before it starts, in one line per task', async (t) => {
@@ -143,7 +90,7 @@ describe(`kubernetes jobs end to end (${onCluster ? 'cluster' : 'stand-in'})`, (
       result.stderr,
       /error: .*hello-world\/environment\/Dockerfile: the kubernetes environment needs an image/
     );
-    assert.deepEqual(await target.pods(name), []);
+    assert.deepEqual(await jobPods(name), []);
   });
 
   it('error paths: an image that cannot be pulled, an impossible request, a pod deleted under a running trial', async (t) => {
@@ -183,7 +130,7 @@ describe(`kubernetes jobs end to end (${onCluster ? 'cluster' : 'stand-in'})`, (
     await waitFor('the slow trial to run its agent', async () =>
       /running agent slow/.test(await readFile(trialLog, 'utf8').catch(() => ''))
     );
-    const [pod] = (await target.pods(name)).filter((p) =>
+    const [pod] = (await jobPods(name)).filter((p) =>
       p.metadata?.annotations?.['rollout.trial']?.endsWith('slow__slow__1')
     );
     assert.ok(pod?.metadata?.name, 'the slow trial has a pod');
@@ -205,6 +152,6 @@ describe(`kubernetes jobs end to end (${onCluster ? 'cluster' : 'stand-in'})`, (
     const gpu = await trialResult(name, 'gpu__slow__1');
     assert.equal(gpu.error?.type, 'EnvironmentStartError');
     assert.match(gpu.error?.message ?? '', /cannot be scheduled: .*nvidia\.com\/gpu 64/);
-    assert.deepEqual(await target.pods(name), [], 'no pod left');
+    assert.deepEqual(await jobPods(name), [], 'no pod left');
   });
 });
