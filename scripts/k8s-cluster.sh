@@ -85,6 +85,8 @@ build() {
   rm -rf "$cache"
   mv "$cache.partial" "$cache"
   touch "$cache/complete"
+  chmod -R u+w "$work" && rm -rf "$work" # now, not at exit: `up` goes on after a build
+  trap - EXIT
   log "built in $((SECONDS - started)) s into $cache ($(du -sh "$cache" | cut -f1))"
 }
 

@@ -1,5 +1,7 @@
 /**
- * A stand-in Kubernetes API server (no cluster can run on these machines): the subset of the core v1 API the
+ * A stand-in Kubernetes API server, for `npm test` without a cluster (`npm run test:k8s` runs the same tests on a real
+ * one, scripts/k8s-cluster.sh) and for the two cases a real cluster cannot be made to produce here: an API server
+ * that speaks only the v4 exec protocol, and a kubelet's eviction. The subset of the core v1 API the
  * kubernetes environment uses, over plain HTTP, with real containers of the local Docker engine behind its pods, so
  * @kubernetes/client-node talks to it as to a cluster through a kubeconfig.
  *
