@@ -250,17 +250,23 @@ describe(`kubernetes environment (${ON_CLUSTER ? 'cluster' : 'stand-in API serve
     }
   );
 
+  /** The error of a long exec in a pod that `lose` takes away meanwhile. */
+  async function execUnder(name: string, lose: (podName: string) => Promise<void>): Promise<unknown> {
+    const { handle } = await environment.start(startRequest(name));
+    const running = failure(environment.exec(handle, { command: 'sleep 60' }));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await lose(handle.id.split('/')[1]!);
+    const error = await running;
+    await environment.remove(handle);
+    return error;
+  }
+
   it(
     'an evicted pod is lost to the cluster (PodLostError, an infrastructure failure)',
     { skip: standInOnly },
     async () => {
-      const evicted = (await environment.start(startRequest('evicted'))).handle;
-      const running = failure(environment.exec(evicted, { command: 'sleep 60' }));
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      await target.standIn!.evict(NAMESPACE, evicted.id.split('/')[1]!);
-      const evictedError = await running;
-      assert.ok(evictedError instanceof PodLostError && /Evicted/.test(evictedError.message), String(evictedError));
-      await environment.remove(evicted);
+      const error = await execUnder('evicted', (pod) => target.standIn!.evict(NAMESPACE, pod));
+      assert.ok(error instanceof PodLostError && /Evicted/.test(error.message), String(error));
     }
   );
 
@@ -268,12 +274,8 @@ describe(`kubernetes environment (${ON_CLUSTER ? 'cluster' : 'stand-in API serve
     'a pod deleted under a running exec is lost to the cluster (PodLostError, an infrastructure failure)',
     { skip: clusterOnly },
     async () => {
-      const deleted = (await environment.start(startRequest('deleted'))).handle;
-      const sleeping = failure(environment.exec(deleted, { command: 'sleep 60' }));
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      await target.deletePod(deleted.id.split('/')[1]!);
-      const deletedError = await sleeping;
-      assert.ok(deletedError instanceof PodLostError && /deleted/.test(deletedError.message), String(deletedError));
+      const error = await execUnder('deleted', (pod) => target.deletePod(pod));
+      assert.ok(error instanceof PodLostError && /deleted/.test(error.message), String(error));
     }
   );
 
