@@ -193,10 +193,13 @@ export function providerKeys(environment: Record<string, unknown>): Record<strin
 
 export const JobConfigSchema = z
   .strictObject({
+    /** Any name; its folder under jobs_dir is derived from it (uniqueFolderName in src/job/plan.ts). */
     name: z
       .string()
-      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only (it names a folder)')
-      .max(100)
+      .regex(/\S/, 'must not be empty')
+      // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+      .regex(/^[^\x00-\x1f\x7f]*$/, 'no control characters (it is shown on one line)')
+      .max(200)
       .optional(),
     jobs_dir: z.string().min(1).default('jobs'),
     n_attempts: z.number().int().positive().default(1),
