@@ -46,7 +46,7 @@ export function jobPage(ctx: LinkContext, data: JobPageData): string {
       <p class="note">
         n: trials the key is summarised over · 95% CI: Wilson interval clustered by task for rewards of only 0 or 1, a
         bootstrap over tasks otherwise (docs/results.md) · pass@k: unbiased estimator (Chen et al. 2021), a trial passes
-        at reward ≥ 1 · infrastructure errors and cancellations are not scored.
+        at reward ≥ 1 · infrastructure and model API errors and cancellations are not scored.
         ${lacksInterval(data.evals.flatMap((e) => Object.values(e.metrics))) ? html`<br /><span id="too-few-tasks">${TOO_FEW_TASKS_NOTE}</span>` : null}
       </p>
       ${jobCharts(rows, data.evals, data.usage, Date.now())} ${errorsSection(ctx, job.name, errors)}
@@ -116,7 +116,7 @@ function interval(m: RewardMetrics): VNode | null {
 function errorsSection(ctx: LinkContext, jobName: string, errors: Map<string, number>): VNode {
   const levels = [
     ['task', 'Task errors (scored: no reward counts 0)'],
-    ['infrastructure', 'Infrastructure errors (not scored)'],
+    ['infrastructure', 'Infrastructure and model API errors (not scored)'],
     ['cancelled', 'Cancelled (not scored)'],
   ] as const;
   return html`<div id="errors">
