@@ -112,6 +112,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             ...kubernetesSpec(job),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
+            ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
             retry: job.retry
               ? {
                   errorTypes: job.retry.error_types,
