@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
+import { judge, parseGateOptions } from '../src/cli/gate';
 import { runCli, workspace } from './support/cli';
 import { writeJobFolder } from './support/job-folder';
 import type { FixtureTrial } from './support/job-folder';
@@ -44,14 +45,15 @@ describe('CI gate on a finished job folder', () => {
       run.stdout,
       /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max\s+pass@1\s+pass@2\s+pass@3/
     );
-    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks: t(2) is wide.
+    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks of 0/1
+    // rewards: a Wilson interval on the effective trials of three tasks (docs/results.md), inside [0, 1].
     assert.match(
       run.stdout,
-      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[-0\.178, 1\.734\]\s+1\s+0\.778\s+0\.889\s+1\n/
+      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[0\.173, 0\.983\]\s+1\s+0\.778\s+0\.889\s+1\n/
     );
     assert.match(
       run.stdout,
-      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[-0\.367, 0\.589\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
+      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[0\.007, 0\.680\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
     );
   });
 
@@ -94,6 +96,49 @@ describe('CI gate on a finished job folder', () => {
       /name="beta__guesser__3" time="8\.000"><error type="AgentTimeoutError" message="AgentTimeoutError in execute: agent ran over 60 s &lt;limit&gt;"\/>/
     );
     assert.match(xml, /name="alpha__solver__1" time="8\.000"><\/testcase>/);
+  });
+
+  it("names the primary key in a JUnit failure: a reward.json task's first key, not `reward`", async () => {
+    const keyed = await writeJobFolder(dir, {
+      name: 'keyed',
+      trials: [
+        { task: 'word-count', agent: 'greeter', attempt: 1, rewards: { words: 1, lines: 0 } },
+        { task: 'silent', agent: 'greeter', attempt: 1, rewards: {} },
+      ],
+      metrics: ['mean'],
+    });
+    const file = path.join(dir, 'out', 'keyed.xml');
+    assert.equal((await runCli(['status', keyed, '--junit', file], { cwd: dir })).code, 0);
+    const xml = await readFile(file, 'utf8');
+    assert.match(xml, /name="word-count__greeter__1" [^>]*><failure type="reward" message="lines 0 &lt; 1"\/>/);
+    assert.match(xml, /name="silent__greeter__1" [^>]*><failure type="reward" message="no reward 0 &lt; 1"\/>/);
+  });
+
+  it('checks the interval statistics against the same numbers the table prints, and says when there is none', async () => {
+    const run = await runCli(['status', jobDir, '--fail-under', 'reward:ci95_low=0.1'], { cwd: dir });
+    assert.equal(run.code, 4, run.stderr);
+    assert.match(run.stdout, /pass {2}solver__tasks reward ci95_low 0\.1735 ≥ 0\.1/);
+    assert.match(run.stdout, /FAIL {2}guesser__tasks reward ci95_low 0\.0073 < 0\.1/);
+    const verdict = judge(
+      {
+        evals: {
+          a__d: {
+            agent: 'a',
+            dataset: 'd',
+            n_trials: 1,
+            n_scored_trials: 1,
+            n_errors: 0,
+            metrics: { reward: { n: 1, mean: 1, ci95: null } },
+            usage: null,
+          },
+        },
+        n_errored_trials: 0,
+        n_infrastructure_errors: 0,
+      },
+      parseGateOptions({ failUnder: ['reward:ci95_high=0.5'] })
+    );
+    assert.equal(verdict.passed, false);
+    assert.deepEqual(verdict.lines, ['FAIL  a__d reward ci95_high n/a (too few tasks for an honest interval) < 0.5']);
   });
 
   it('keeps exit 2 for bad input over 4: a malformed threshold, a key no eval reports', async () => {

@@ -92,10 +92,9 @@ export function addTrial(stats: JobStats, trial: TrialSummary): JobStats {
   group.n_trials += 1;
   if (trial.usage) group.usage = addUsage(group.usage ?? emptyUsage(), trial.usage);
   const errorType = trial.error?.type;
-  if (errorType) {
-    stats.errors_by_type[errorType] = (stats.errors_by_type[errorType] ?? 0) + 1;
-    group.n_errors += 1;
-  }
+  if (errorType) stats.errors_by_type[errorType] = (stats.errors_by_type[errorType] ?? 0) + 1;
+  // As `--max-errors` counts: task and infrastructure errors; a cancellation is not the trial's error.
+  if (errorType && errorType !== CANCELLED_ERROR) group.n_errors += 1;
   if (errorType === CANCELLED_ERROR) stats.n_cancelled += 1;
   else if (errorType === INFRASTRUCTURE_ERROR) stats.n_infrastructure_errors += 1;
   else if (errorType) stats.n_errored += 1;
@@ -152,15 +151,17 @@ export function groupMetrics(group: GroupStats, metrics: readonly MetricType[]):
       const zeros = key === primary ? task.unrewarded : 0;
       return { n: n + zeros, sum, passes };
     });
-    const estimate = meanEstimate(tallies);
     const n = (acc?.n ?? 0) + unrewarded;
     const sum = acc?.sum ?? 0;
-    const values: RewardMetrics = { n, mean: n > 0 ? sum / n : 0, ci95: estimate.ci95 };
+    // The lowest and highest value counted: the trials without a reward count 0.
+    const min = unrewarded > 0 ? Math.min(acc?.min ?? 0, 0) : (acc?.min ?? 0);
+    const max = unrewarded > 0 ? Math.max(acc?.max ?? 0, 0) : (acc?.max ?? 0);
+    const values: RewardMetrics = { n, mean: n > 0 ? sum / n : 0, ci95: meanEstimate(tallies, { min, max }).ci95 };
     for (const metric of metrics) {
       if (metric === 'sum') values.sum = sum;
       else if (metric === 'mean') continue;
-      else if (metric === 'min') values.min = unrewarded > 0 ? Math.min(acc?.min ?? 0, 0) : (acc?.min ?? 0);
-      else values.max = unrewarded > 0 ? Math.max(acc?.max ?? 0, 0) : (acc?.max ?? 0);
+      else if (metric === 'min') values.min = min;
+      else values.max = max;
     }
     const passAtK = passAtKByK(tallies);
     if (passAtK) values.pass_at_k = passAtK;
