@@ -14,6 +14,7 @@ import tarStream from 'tar-stream';
 
 import { shellQuote } from '../agents/builtin';
 import { hostCacheDir } from '../host-cache';
+import { log } from '../log';
 import type { PhaseNetwork } from '../task/policy';
 import type { EnvironmentHandle } from '../trial/types';
 import type {
@@ -55,10 +56,15 @@ import {
 } from './docker-compose';
 import type { CollectBudget, FolderSelection } from './host-files';
 import { extractArchive } from './host-files';
+import {
+  dockerfileFrontendImage,
+  ensureDockerfileFrontend,
+  frontendNeed,
+  HEREDOC_LINE,
+  SYNTAX_LINE,
+} from './docker/dockerfile-frontend';
 
 const IMAGE_REPOSITORY = 'rollout-env';
-/** The local image scripts/dockerfile-frontend.sh builds (ROLLOUT_DOCKERFILE_FRONTEND overrides; empty: none). */
-const DOCKERFILE_FRONTEND = 'rollout-dockerfile-frontend:1.4.3';
 /** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
 const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 const SNAPSHOT_REPOSITORY = 'rollout-agent';
@@ -100,6 +106,8 @@ export class DockerEnvironment implements Environment {
   private readonly stepShells = new Map<string, StepShell>();
   private hostCpus: number | undefined;
   private storageOptUnsupported = false;
+  /** The daemon's version (asked once): whether its own Dockerfile frontend has heredocs. */
+  private engineVersion: string | undefined;
   /** Host files are bind-mounted into containers (see placeFiles) until a container did not find them. */
   private bindFiles = true;
   /** Trials this process started on a single container (no compose project): cleanup need not look for networks. */
@@ -220,7 +228,7 @@ export class DockerEnvironment implements Environment {
     const labels = this.imageLabelsOf(request);
     const args = ['buildx', 'build', '--load', '--progress=plain', '--tag', tag];
     for (const [key, value] of Object.entries(labels)) args.push('--label', `${key}=${value}`);
-    const frontend = await this.dockerfileFrontend();
+    const frontend = await this.dockerfileFrontend(request);
     // It replaces the engine's own frontend, and a Dockerfile's `# syntax=` line (which would need a registry).
     if (frontend) args.push('--build-arg', `BUILDKIT_SYNTAX=${frontend}`);
     // buildx syncs a context into a folder BuildKit keys by the context folder's *name*, and skips files whose size
@@ -256,10 +264,24 @@ export class DockerEnvironment implements Environment {
     throw new TaskEnvironmentError('EnvironmentBuildError', output.text() || `docker buildx build exited ${exitCode}`);
   }
 
-  /** Rollout's Dockerfile frontend image (scripts/dockerfile-frontend.sh) when this Docker host has it, else null. */
-  private async dockerfileFrontend(): Promise<string | null> {
-    const image = process.env.ROLLOUT_DOCKERFILE_FRONTEND ?? DOCKERFILE_FRONTEND;
-    return image && (await this.imageLabels(image)) ? image : null;
+  /**
+   * Rollout's Dockerfile frontend image when this Docker host has it, else null; when the Dockerfile needs it (a
+   * heredoc on Docker 20.10, a `# syntax=` line), it is built first (once per host, with a progress line).
+   */
+  private async dockerfileFrontend(request: BuildRequest): Promise<string | null> {
+    const image = dockerfileFrontendImage();
+    if (!image || (await this.imageLabels(image))) return image;
+    const dockerfile = await readFile(path.join(request.contextDir, 'Dockerfile'), 'utf8');
+    this.engineVersion ??= (await this.docker.version()).Version;
+    const need = frontendNeed(dockerfile, this.engineVersion);
+    if (!need) return null;
+    const progress = (line: string) => {
+      log.info(`${this.owner.hostId}: ${line}`);
+      request.onOutput?.(line);
+    };
+    progress(`${path.join(request.contextDir, 'Dockerfile')} ${need} needs the Dockerfile frontend ${image}`);
+    await ensureDockerfileFrontend({ docker: this.docker, dockerHost: this.dockerHost() }, image, progress);
+    return image;
   }
 
   /**
@@ -1012,22 +1034,24 @@ export class DockerEnvironment implements Environment {
 }
 
 /**
- * Why a build failed for want of Rollout's Dockerfile frontend, naming the Dockerfile line: a heredoc (the engine's
- * own frontend reads its first line of text as an instruction) or a `# syntax=` line (its frontend is not on the host,
- * and no registry can be reached). Null when the failure is something else.
+ * Why a build failed for want of Rollout's Dockerfile frontend (turned off with an empty ROLLOUT_DOCKERFILE_FRONTEND),
+ * naming the Dockerfile line: a heredoc (the engine's own frontend reads its first line of text as an instruction) or
+ * a `# syntax=` line (its frontend is not on the host, and no registry can be reached). Null when the failure is
+ * something else.
  */
 async function missingFrontendProblem(contextDir: string, output: string): Promise<string | null> {
+  if (dockerfileFrontendImage()) return null;
   const dockerfile = path.join(contextDir, 'Dockerfile');
   const lines = (await readFile(dockerfile, 'utf8').catch(() => '')).split('\n');
-  const fix = `this Docker host lacks Rollout's Dockerfile frontend (${DOCKERFILE_FRONTEND}): run scripts/setup.sh, which builds it`;
+  const fix = "Rollout's Dockerfile frontend is turned off (ROLLOUT_DOCKERFILE_FRONTEND is empty)";
   const parseError = /dockerfile parse error line (\d+): unknown instruction/i.exec(output);
   if (parseError) {
     const failed = Number(parseError[1]);
-    const heredoc = lines.slice(0, failed).findLastIndex((line) => /^\s*[A-Za-z]+\s.*<<-?\s*["']?[A-Za-z_]/.test(line));
+    const heredoc = lines.slice(0, failed).findLastIndex((line) => HEREDOC_LINE.test(line));
     if (heredoc >= 0)
       return `${dockerfile}:${heredoc + 1}: a heredoc (${lines[heredoc]?.trim()}) needs BuildKit's Dockerfile 1.4 syntax; ${fix}`;
   }
-  const syntax = lines.findIndex((line) => /^#\s*syntax\s*=/i.test(line));
+  const syntax = lines.findIndex((line) => SYNTAX_LINE.test(line));
   if (
     syntax >= 0 &&
     /failed to (resolve source metadata|solve with frontend gateway|load cache key)|pull access denied|dial tcp|no such host/i.test(
