@@ -6,8 +6,9 @@ import { isScalar, LineCounter, parseDocument, visit } from 'yaml';
 import type { Problem } from '../errors';
 import { InputError, zodProblems } from '../errors';
 import { loadDataset } from '../task/load';
+import { loadLocalDataset } from './local-dataset';
 import type { JobConfig } from './schema';
-import { JobConfigSchema } from './schema';
+import { JobConfigSchema, PathDatasetSchema } from './schema';
 
 /**
  * A job as resolved from its file: defaults applied, name set, paths absolute, and the file itself (so later problems
@@ -48,7 +49,7 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   } catch (err) {
     if (!(err instanceof InputError)) throw err;
     // Report the tasks' problems too, so one run lists everything to fix.
-    problems.push(...err.problems, ...(await localTaskProblems(raw, base)));
+    problems.push(...err.problems, ...(await localTaskProblems(raw, absolute, base)));
   }
   const jobsDir = job?.jobs_dir ?? ('jobs_dir' in raw && typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
   problems.push(...(await jobsDirProblems(absolute, path.resolve(jobsDir))));
@@ -56,13 +57,24 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   return job;
 }
 
-/** The problems of the tasks in a job file's local datasets (read from the file as it is, valid or not). */
-async function localTaskProblems(raw: object, base: string): Promise<Problem[]> {
+/**
+ * The problems of the tasks in a job file's local datasets (read from the file as it is, valid or not): of the tasks
+ * it selects, or of every task when its entry is itself invalid.
+ */
+async function localTaskProblems(raw: object, file: string, base: string): Promise<Problem[]> {
   const datasets = 'datasets' in raw && Array.isArray(raw.datasets) ? (raw.datasets as unknown[]) : [];
   const problems: Problem[] = [];
-  for (const dataset of datasets) {
+  for (const [index, dataset] of datasets.entries()) {
     const dir = (dataset as { path?: unknown } | null)?.path;
-    if (typeof dir === 'string') problems.push(...(await loadDataset(resolveExisting(base, dir))).problems);
+    if (typeof dir !== 'string') continue;
+    const entry = PathDatasetSchema.safeParse(dataset);
+    const loaded = entry.success
+      ? await loadLocalDataset(
+          { ...entry.data, path: resolveExisting(base, dir) },
+          { file, field: `datasets.${index}` }
+        )
+      : await loadDataset(resolveExisting(base, dir));
+    problems.push(...loaded.problems);
   }
   return problems;
 }
