@@ -16,8 +16,14 @@ import { JobConfigSchema, PathDatasetSchema } from './schema';
  */
 export type ResolvedJob = JobConfig & { name: string; jobs_dir: string; file: string };
 
-/** Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. */
-export async function loadJobFile(file: string): Promise<ResolvedJob> {
+/**
+ * Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. `override` changes the
+ * file's mapping before it is validated (`rollout run`'s flags).
+ */
+export async function loadJobFile(
+  file: string,
+  override: (raw: Record<string, unknown>) => Record<string, unknown> = (raw) => raw
+): Promise<ResolvedJob> {
   const absolute = path.resolve(file);
   let text: string;
   try {
@@ -41,18 +47,25 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
   }
-  const base = path.dirname(absolute);
+  return loadJobConfig(override(raw as Record<string, unknown>), absolute, path.dirname(absolute));
+}
+
+/**
+ * A job file's mapping (or one made from `rollout run`'s flags, named `source`), validated with its local tasks'
+ * problems and its jobs_dir's, all at once. Relative paths resolve against `base`.
+ */
+export async function loadJobConfig(raw: Record<string, unknown>, source: string, base: string): Promise<ResolvedJob> {
   let job: ResolvedJob | undefined;
   const problems: Problem[] = [];
   try {
-    job = parseJobConfig(raw, absolute, base);
+    job = parseJobConfig(raw, source, base);
   } catch (err) {
     if (!(err instanceof InputError)) throw err;
     // Report the tasks' problems too, so one run lists everything to fix.
-    problems.push(...err.problems, ...(await localTaskProblems(raw, absolute, base)));
+    problems.push(...err.problems, ...(await localTaskProblems(raw, source, base)));
   }
-  const jobsDir = job?.jobs_dir ?? ('jobs_dir' in raw && typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
-  problems.push(...(await jobsDirProblems(absolute, path.resolve(jobsDir))));
+  const jobsDir = job?.jobs_dir ?? (typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
+  problems.push(...(await jobsDirProblems(source, path.resolve(jobsDir))));
   if (!job || problems.length > 0) throw new InputError(problems);
   return job;
 }
