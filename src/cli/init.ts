@@ -85,9 +85,14 @@ export async function initJob(dir: string, flags: InitFlags): Promise<string> {
 /** The choices flags left open, asked on the terminal (Enter takes the default shown). */
 async function ask(flags: InitFlags): Promise<InitFlags> {
   const terminal = createInterface({ input: process.stdin, output: process.stderr });
+  // Lines typed ahead of a question wait for it (readline's question() would drop them).
+  const lines = terminal[Symbol.asyncIterator]();
   try {
-    const answer = async (question: string, fallback: string) =>
-      (await terminal.question(`${question} [${fallback}]: `)).trim() || fallback;
+    const answer = async (question: string, fallback: string) => {
+      process.stderr.write(`${question} [${fallback}]: `);
+      const line = await lines.next();
+      return (line.done ? '' : line.value).trim() || fallback;
+    };
     let { dataset, path: dir, agent, model } = flags;
     if (!dataset && !dir) {
       const chosen = await answer(
