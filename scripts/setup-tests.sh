@@ -60,9 +60,9 @@ image_registry() {
   return 0
 }
 
-# The same code a worker runs when a job's Dockerfile first needs it (src/environments/docker/dockerfile-frontend.ts).
+# The same code a worker runs when a job's Dockerfile first needs it (src/environments/image-builder/dockerfile-frontend.ts).
 dockerfile_frontend() {
-  node -e "require('./dist/src/environments/docker/dockerfile-frontend').prepareDockerfileFrontend()" ||
+  node -e "require('./dist/src/environments/image-builder/dockerfile-frontend').prepareDockerfileFrontend()" ||
     log "warning: no Dockerfile frontend; the tests of Dockerfile heredocs will build it (or fail saying why)"
 }
 

@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../src/environments/docker';
-import { DEFAULT_DOCKERFILE_FRONTEND, frontendNeed } from '../src/environments/docker/dockerfile-frontend';
+import { DEFAULT_DOCKERFILE_FRONTEND, frontendNeed } from '../src/environments/image-builder/dockerfile-frontend';
 import type { BuildRequest } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { environmentKey } from '../src/environments/env-key';

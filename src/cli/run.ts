@@ -15,7 +15,7 @@ import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
-import { jobWorkflowId, planJob } from '../job/plan';
+import { jobDirOf, jobWorkflowId, planJob } from '../job/plan';
 import { startServices } from '../job/services';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
@@ -53,7 +53,7 @@ const EXIT_DETACHED = 130;
 
 /** `rollout resume <job>`: the job as saved in its folder's config.json, run again; finished trials are skipped. */
 export async function resumeJob(nameOrDir: string, jobsDir: string, options: RunOptions): Promise<number> {
-  const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : path.join(jobsDir, nameOrDir);
+  const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : jobDirOf({ jobs_dir: jobsDir, name: nameOrDir });
   const file = jobFiles.config(dir);
   if (!existsSync(file)) {
     throw new InputError([

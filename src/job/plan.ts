@@ -44,6 +44,11 @@ export function jobWorkflowId(jobName: string): string {
   return `rollout-job/${jobName}`;
 }
 
+/** A job's folder: `<jobs_dir>/<name>`, any name made a safe, collision-free folder name (uniqueFolderName). */
+export function jobDirOf(job: { jobs_dir: string; name: string }): string {
+  return path.join(job.jobs_dir, uniqueFolderName(job.name));
+}
+
 /**
  * Expands agents × tasks × attempts into trial specs, validating every task first. Trial order is
  * task → attempt → agent, so trials of one environment run close together and share a warm image.
@@ -52,11 +57,11 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
     // An earlier run of this job pinned its registry tasks: keep those commits.
-    previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
+    previous: await readJson<ResolvedJob>(jobFiles.config(jobDirOf(job))),
   });
   const datasets = loaded.datasets;
 
-  const jobDir = path.join(job.jobs_dir, job.name);
+  const jobDir = jobDirOf(job);
   const workflowId = jobWorkflowId(job.name);
   const taskCounts = new Map<string, number>();
   for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
@@ -70,7 +75,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
       const prefix = (taskCounts.get(task.name) ?? 0) > 1 ? `${dataset.name}__` : '';
       for (let attempt = 1; attempt <= job.n_attempts; attempt++) {
         for (const agent of job.agents) {
-          const trialName = uniqueTrialName(`${prefix}${task.name}__${agent.name}__${attempt}`);
+          const trialName = uniqueFolderName(`${prefix}${task.name}__${agent.name}__${attempt}`);
           trials.push({
             jobName: job.name,
             jobDir,
@@ -195,13 +200,14 @@ export function sanitize(name: string): string {
 }
 
 /**
- * A trial's folder name: its name with unsafe characters replaced, and then a hash of the original so that two names
- * differing only there (`t 2`, `t_2`) never share a folder. A name the replacement left alone is unique already (task
- * folder names within a dataset, datasets prefixed when they share a task name) and holds no `~`, unlike every
- * replaced one.
+ * A job's or a trial's folder name: its name with unsafe characters (and a leading ".") replaced, and then a hash of the original so
+ * that two names differing only there (`t 2`, `t_2`) never share a folder. A name the replacement left alone is
+ * unique already (job names are; task folder names within a dataset, datasets prefixed when they share a task name)
+ * and holds no `~`, unlike every replaced one.
  */
-export function uniqueTrialName(name: string): string {
-  const safe = sanitize(name);
+export function uniqueFolderName(name: string): string {
+  // A leading "." would make `.`, `..` (a folder above) or a hidden folder.
+  const safe = sanitize(name).replace(/^\./, '_');
   if (safe === name) return name;
   return `${safe}~${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }

@@ -6,15 +6,15 @@
  * Dockerfile's `# syntax=` line). Nothing of the host's dockerd changes.
  */
 import { existsSync } from 'node:fs';
-import { chmod, cp, mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import Docker from 'dockerode';
-
+import { ifPresent } from '../../files/absent';
 import { hostCacheDir } from '../../host-cache';
 import { LineTail, runCommand } from '../cli-command';
+import { DockerEngine } from './engine';
 
 /** The BuildKit release whose frontend is docker/dockerfile:1.4.3. */
 const BUILDKIT_VERSION = 'v0.10.6';
@@ -48,12 +48,6 @@ export function frontendNeed(dockerfile: string, engineVersion: string): string 
   return heredoc >= 0 ? `line ${heredoc + 1}: ${lines[heredoc]?.trim()}` : null;
 }
 
-export interface FrontendHost {
-  docker: Docker;
-  /** DOCKER_HOST for the docker CLI. */
-  dockerHost: string;
-}
-
 /** Builds in progress in this process, per Docker host and image: concurrent trials wait for the same one. */
 const inFlight = new Map<string, Promise<void>>();
 
@@ -63,14 +57,14 @@ const inFlight = new Map<string, Promise<void>>();
  * lines go to `progress`. A failure is an infrastructure error (a plain Error) naming what failed.
  */
 export function ensureDockerfileFrontend(
-  host: FrontendHost,
+  engine: DockerEngine,
   image: string,
   progress: (line: string) => void
 ): Promise<void> {
-  const key = `${host.dockerHost}\n${image}`;
+  const key = `${engine.dockerHost()}\n${image}`;
   let build = inFlight.get(key);
   if (!build) {
-    build = buildFrontend(host, image, progress).finally(() => inFlight.delete(key));
+    build = buildFrontend(engine, image, progress).finally(() => inFlight.delete(key));
     inFlight.set(key, build);
   } else {
     progress(`waiting for the Dockerfile frontend ${image} another build of this process is making`);
@@ -78,7 +72,7 @@ export function ensureDockerfileFrontend(
   return build;
 }
 
-async function buildFrontend(host: FrontendHost, image: string, progress: (line: string) => void): Promise<void> {
+async function buildFrontend(engine: DockerEngine, image: string, progress: (line: string) => void): Promise<void> {
   const cacheDir = path.join(hostCacheDir(), `dockerfile-frontend-${BUILDKIT_VERSION}`);
   const binary = path.join(cacheDir, 'dockerfile-frontend');
   const started = Date.now();
@@ -86,15 +80,15 @@ async function buildFrontend(host: FrontendHost, image: string, progress: (line:
   try {
     await mkdir(cacheDir, { recursive: true });
     await withLock(path.join(cacheDir, 'lock'), signal, progress, async () => {
-      if (await hasImage(host.docker, image)) return;
-      if (!existsSync(binary)) {
+      if (await engine.imageLabels(image)) return;
+      if (!(await ifPresent(stat(binary)))) {
         progress(
           `building the Dockerfile frontend ${image} (BuildKit ${BUILDKIT_VERSION}, for heredocs and # syntax= lines) ` +
             'from the Go module proxy: a few minutes, once per host'
         );
         await compileFrontend(binary, signal);
       }
-      await frontendImage(host, binary, image, signal);
+      await frontendImage(engine, binary, image, signal);
     });
   } catch (err) {
     throw new Error(`the Dockerfile frontend ${image} could not be built: ${(err as Error).message}`, { cause: err });
@@ -147,7 +141,7 @@ async function compileFrontend(binary: string, signal: AbortSignal): Promise<voi
 }
 
 /** The image: the binary alone, as its entrypoint, with no network (BuildKit's label for frontends). */
-async function frontendImage(host: FrontendHost, binary: string, image: string, signal: AbortSignal): Promise<void> {
+async function frontendImage(engine: DockerEngine, binary: string, image: string, signal: AbortSignal): Promise<void> {
   const context = await mkdtemp(path.join(tmpdir(), 'rollout-frontend-image-'));
   try {
     await cp(binary, path.join(context, 'dockerfile-frontend'));
@@ -164,7 +158,7 @@ async function frontendImage(host: FrontendHost, binary: string, image: string, 
     await run('docker', ['buildx', 'build', '--load', '--quiet', '--tag', image, context], {
       cwd: context,
       signal,
-      env: { DOCKER_HOST: host.dockerHost },
+      env: { DOCKER_HOST: engine.dockerHost() },
     });
   } finally {
     await rm(context, { recursive: true, force: true });
@@ -205,16 +199,6 @@ async function run(
   return stdout;
 }
 
-async function hasImage(docker: Docker, image: string): Promise<boolean> {
-  try {
-    await docker.getImage(image).inspect();
-    return true;
-  } catch (err) {
-    if ((err as { statusCode?: number }).statusCode === 404) return false;
-    throw err;
-  }
-}
-
 /**
  * Runs `work` holding a lock folder: one process of this host builds, the others wait and then find the image. A lock
  * whose holder died is taken over.
@@ -233,7 +217,7 @@ async function withLock(
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    const holder = Number(await readFile(path.join(lock, 'pid'), 'utf8').catch(() => ''));
+    const holder = Number((await ifPresent(readFile(path.join(lock, 'pid'), 'utf8'))) ?? '');
     if (holder > 0 && !alive(holder)) {
       await rm(lock, { recursive: true, force: true });
       continue;
@@ -263,10 +247,10 @@ function alive(pid: number): boolean {
 export async function prepareDockerfileFrontend(): Promise<void> {
   const image = dockerfileFrontendImage();
   if (!image) return;
-  const host = { docker: new Docker(), dockerHost: process.env.DOCKER_HOST ?? 'unix:///var/run/docker.sock' };
-  if (await hasImage(host.docker, image)) {
+  const engine = new DockerEngine({ hostId: 'setup', deployment: 'none' });
+  if (await engine.imageLabels(image)) {
     console.log(`[setup-tests] Dockerfile frontend ${image} present`);
     return;
   }
-  await ensureDockerfileFrontend(host, image, (line) => console.log(`[setup-tests] ${line}`));
+  await ensureDockerfileFrontend(engine, image, (line) => console.log(`[setup-tests] ${line}`));
 }
