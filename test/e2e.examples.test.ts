@@ -43,6 +43,10 @@ describe('examples/job.yaml end to end', () => {
   it('exits 0 and prints metrics, the results folder and the UI link', () => {
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max/);
+    // Rewards of 0 or 1: every printed interval lies inside [0, 1] (it once printed [-5.853, 6.853]).
+    const intervals = [...run.stdout.matchAll(/\[(-?[\d.]+), (-?[\d.]+)\]/g)];
+    assert.ok(intervals.length > 0, run.stdout);
+    for (const [, low, high] of intervals) assert.ok(Number(low) >= 0 && Number(high) <= 1, run.stdout);
     assert.match(run.stdout, new RegExp(`results: .*jobs/${jobName}`));
     assert.match(run.stderr, /6\/6 done/);
   });
@@ -149,7 +153,7 @@ describe('examples/job.yaml end to end', () => {
     const gated = await runCli(['status', jobName, '--fail-under', 'reward=0.4', '--max-errors', '0'], { cwd: dir });
     assert.equal(gated.code, 0, gated.stdout);
     const jobs = await runCli(['jobs'], { cwd: dir });
-    assert.match(jobs.stdout, new RegExp(`^${jobName}\tCOMPLETED\t`, 'm'));
+    assert.match(jobs.stdout, new RegExp(`^${jobName}\\s+completed\\s`, 'm'));
     const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });
     assert.equal(unknown.code, 2);
     assert.match(unknown.stderr, /no-such-job: no such job/);

@@ -44,14 +44,15 @@ describe('CI gate on a finished job folder', () => {
       run.stdout,
       /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max\s+pass@1\s+pass@2\s+pass@3/
     );
-    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks: t(2) is wide.
+    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks of 0/1
+    // rewards: a Wilson interval on the effective trials of three tasks (docs/results.md), inside [0, 1].
     assert.match(
       run.stdout,
-      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[-0\.178, 1\.734\]\s+1\s+0\.778\s+0\.889\s+1\n/
+      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[0\.173, 0\.983\]\s+1\s+0\.778\s+0\.889\s+1\n/
     );
     assert.match(
       run.stdout,
-      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[-0\.367, 0\.589\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
+      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[0\.007, 0\.680\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
     );
   });
 
@@ -94,6 +95,22 @@ describe('CI gate on a finished job folder', () => {
       /name="beta__guesser__3" time="8\.000"><error type="AgentTimeoutError" message="AgentTimeoutError in execute: agent ran over 60 s &lt;limit&gt;"\/>/
     );
     assert.match(xml, /name="alpha__solver__1" time="8\.000"><\/testcase>/);
+  });
+
+  it("names the primary key in a JUnit failure: a reward.json task's first key, not `reward`", async () => {
+    const keyed = await writeJobFolder(dir, {
+      name: 'keyed',
+      trials: [
+        { task: 'word-count', agent: 'greeter', attempt: 1, rewards: { words: 1, lines: 0 } },
+        { task: 'silent', agent: 'greeter', attempt: 1, rewards: {} },
+      ],
+      metrics: ['mean'],
+    });
+    const file = path.join(dir, 'out', 'keyed.xml');
+    assert.equal((await runCli(['status', keyed, '--junit', file], { cwd: dir })).code, 0);
+    const xml = await readFile(file, 'utf8');
+    assert.match(xml, /name="word-count__greeter__1" [^>]*><failure type="reward" message="lines 0 &lt; 1"\/>/);
+    assert.match(xml, /name="silent__greeter__1" [^>]*><failure type="reward" message="no reward 0 &lt; 1"\/>/);
   });
 
   it('keeps exit 2 for bad input over 4: a malformed threshold, a key no eval reports', async () => {

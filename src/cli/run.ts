@@ -16,6 +16,7 @@ import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
 import { jobDirOf, jobWorkflowId, planJob } from '../job/plan';
+import { probeUpstreams, upstreamChecks } from '../job/preflight';
 import { startServices } from '../job/services';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
@@ -44,6 +45,8 @@ export interface RunOptions {
   maxTrials?: number;
   /** CI gate: thresholds, error bound and JUnit file, applied to the results once the job completed. */
   gate?: GateOptions;
+  /** Start without checking each gateway agent's upstream (key present, one cheap authenticated call). */
+  skipPreflight?: boolean;
 }
 
 const POLL_MS = 500;
@@ -88,10 +91,13 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
       }))
     );
   }
+  const upstreams = options.worker && !options.skipPreflight ? upstreamChecks(job.agents, file) : [];
   await preflight;
   await saveJobFolder(plan);
   const services = await startServices(job.services, path.join(plan.jobDir, 'services'));
   try {
+    // After the job's services: one of them may be the model server.
+    await probeUpstreams(upstreams);
     return await watchJob(job, file, plan, options);
   } finally {
     await services.stop();

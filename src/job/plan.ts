@@ -15,6 +15,7 @@ import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
 import { KUBERNETES_KEYS } from './schema';
+import { DEFAULT_RETRY_POLICY } from '../trial/retry';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
 export interface PlannedTrial {
@@ -111,16 +112,14 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             ...kubernetesSpec(job),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
-            ...(job.retry
+            retry: job.retry
               ? {
-                  retry: {
-                    errorTypes: job.retry.error_types,
-                    maxRetries: job.retry.max_retries,
-                    minWaitSec: job.retry.min_wait_sec,
-                    maxWaitSec: job.retry.max_wait_sec,
-                  },
+                  errorTypes: job.retry.error_types,
+                  maxRetries: job.retry.max_retries,
+                  minWaitSec: job.retry.min_wait_sec,
+                  maxWaitSec: job.retry.max_wait_sec,
                 }
-              : {}),
+              : DEFAULT_RETRY_POLICY,
           });
         }
       }

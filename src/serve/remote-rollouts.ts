@@ -21,7 +21,7 @@ import type { TrialResult } from '../results/trial-result';
 import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './eval-protocol';
 import type { TrialSpec, TrialSummary } from '../trial/types';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
 
 const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });
 
@@ -198,10 +198,13 @@ export function trialNameOf(rolloutId: string): string {
   return `rollout__${name}`;
 }
 
-/** Task outcomes (a wrong answer, an agent timeout) are finished rollouts; only infrastructure failures are errors. */
+/**
+ * Task outcomes (a wrong answer, an agent timeout) are finished rollouts; infrastructure and model API failures
+ * (not scored) are errors.
+ */
 export function statusOf(rolloutId: string, summary: Pick<TrialSummary, 'rewards' | 'error'>): StatusResponse {
   const { rewards, error } = summary;
-  const failed = error?.type === INFRASTRUCTURE_ERROR || error?.type === CANCELLED_ERROR;
+  const failed = error !== null && !isScored(error.type);
   return {
     rollout_id: rolloutId,
     terminated: true,

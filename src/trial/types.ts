@@ -2,7 +2,7 @@
  * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
-import { API_ERROR_TYPES } from '../gateway/errors';
+import { API_ERROR_TYPES, UPSTREAM_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType, KubernetesSettings } from '../job/schema';
 import type { RegistryTaskSource } from '../registry/git-cache';
 import type { TrialUsage } from '../results/usage';
@@ -115,8 +115,9 @@ export interface RetryPolicy {
 }
 
 /**
- * Error types a trial can end with. Task-level ones are outcomes of the task or agent (never retried, scored 0 when
- * no reward); infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
+ * Error types a trial can end with. Task-level ones are outcomes of the task or agent (retried only per job.yaml
+ * `retry`, scored 0 when no reward), except the model API's own failures (UPSTREAM_ERROR_TYPES), which are not scored;
+ * infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
  */
 export const TASK_ERROR_TYPES = [
   'EnvironmentBuildError',
@@ -201,6 +202,16 @@ export interface AgentInfo {
 export interface ExecuteOutcome {
   exitCode: number | null;
   timedOut: boolean;
+}
+
+/**
+ * Whether a trial's end says anything about the agent: infrastructure errors, cancellations and failures of the
+ * model's API (unreachable, overloaded, rate-limited after all waiting, a rejected key) stay out of the metrics.
+ */
+export function isScored(errorType: string | null | undefined): boolean {
+  if (!errorType) return true;
+  if (errorType === INFRASTRUCTURE_ERROR || errorType === CANCELLED_ERROR) return false;
+  return !(UPSTREAM_ERROR_TYPES as readonly string[]).includes(errorType);
 }
 
 export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {

@@ -1,5 +1,6 @@
 /** Two agents (of one job or two) task by task: where they differ, and whether the difference is beyond noise. */
-import { meanEstimate } from '../../results/statistics';
+import { MIN_TASKS_BOOTSTRAP, pairedEstimate } from '../../results/statistics';
+import { differenceChart } from '../charts/compare';
 import type { TrialRow } from '../data';
 import type { LinkContext } from '../html';
 import { document, fmt, html, rewardColour } from '../html';
@@ -48,7 +49,7 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
       x.task.localeCompare(y.task)
   );
   const paired = rows.filter((row) => row.diff !== null);
-  const estimate = meanEstimate(paired.map((row) => ({ n: 1, sum: row.diff!, passes: 0 })));
+  const estimate = pairedEstimate(paired.map((row) => row.diff!));
   const better = paired.filter((row) => row.diff! > 0).length;
   const worse = paired.filter((row) => row.diff! < 0).length;
   const label = (side: CompareSide) => `${side.agent} (${side.job})`;
@@ -72,11 +73,19 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
                   ? html`<strong>(a difference beyond noise)</strong>`
                   : html`<span class="muted">(within noise: the interval contains 0)</span>`
               }`
-            : null
+            : paired.length
+              ? html`<span class="muted">(no interval: fewer than ${MIN_TASKS_BOOTSTRAP} tasks both ran)</span>`
+              : null
         }
       </p>
+      ${differenceChart(
+        paired.map((row) => ({ task: row.task, diff: row.diff! })),
+        estimate,
+        { a: 'A', b: 'B' }
+      )}
       <p class="note">
-        Per task: the mean primary reward over its scored attempts. The interval is the paired t-interval over tasks.
+        Per task: the mean primary reward over its scored attempts. The interval is a bootstrap over tasks of the mean
+        difference (docs/results.md).
       </p>
       <table class="sortable" id="compare-table">
         <thead>

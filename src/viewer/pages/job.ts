@@ -1,5 +1,7 @@
 /** A job's page: metrics, errors, usage, then the task × agent matrix, comparisons and trials (job-sections.ts). */
 import type { RewardMetrics } from '../../results/job-stats';
+import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../../results/statistics';
+import { jobCharts } from '../charts/job';
 import type { EvalView, JobSummary, TrialFilter, TrialRow, UsageTotals } from '../data';
 import { errorLevel } from '../data';
 import type { LinkContext, VNode } from '../html';
@@ -42,11 +44,13 @@ export function jobPage(ctx: LinkContext, data: JobPageData): string {
       <h2>Metrics</h2>
       ${metricsTable(data.evals)}
       <p class="note">
-        n: trials the key is summarised over · ci95: 95% t-interval of the mean, clustered by task · pass@k: unbiased
-        estimator (Chen et al. 2021), a trial passes at reward ≥ 1 · infrastructure errors and cancellations are not
-        scored.
+        n: trials the key is summarised over · 95% CI: Wilson interval clustered by task for rewards of only 0 or 1, a
+        bootstrap over tasks otherwise (docs/results.md) · pass@k: unbiased estimator (Chen et al. 2021), a trial passes
+        at reward ≥ 1 · infrastructure and model API errors and cancellations are not scored.
+        ${lacksInterval(data.evals.flatMap((e) => Object.values(e.metrics))) ? html`<br /><span id="too-few-tasks">${TOO_FEW_TASKS_NOTE}</span>` : null}
       </p>
-      ${errorsSection(ctx, job.name, errors)} ${usageSection(data.usage)}
+      ${jobCharts(rows, data.evals, data.usage, Date.now())} ${errorsSection(ctx, job.name, errors)}
+      ${usageSection(data.usage)}
       <h2>Tasks × agents</h2>
       ${matrixSection(ctx, job.name, rows, data.matrixPage)} ${compareSection(ctx, job.name, agents, data.otherJobs)}
       <h2 id="trials">Trials</h2>
@@ -112,7 +116,7 @@ function interval(m: RewardMetrics): VNode | null {
 function errorsSection(ctx: LinkContext, jobName: string, errors: Map<string, number>): VNode {
   const levels = [
     ['task', 'Task errors (scored: no reward counts 0)'],
-    ['infrastructure', 'Infrastructure errors (not scored)'],
+    ['infrastructure', 'Infrastructure and model API errors (not scored)'],
     ['cancelled', 'Cancelled (not scored)'],
   ] as const;
   return html`<div id="errors">

@@ -1,4 +1,5 @@
 /** The jobs page: every job folder under the viewer's root, with status, progress and errors. */
+import { historyChart } from '../charts/jobs';
 import type { JobSummary } from '../data';
 import { errorLevel } from '../data';
 import type { LinkContext } from '../html';
@@ -12,6 +13,7 @@ export function jobsPage(ctx: LinkContext, root: string, jobs: JobSummary[]): st
     ctx,
     html`<section>
       <h1>Jobs <span class="muted">in ${root}</span></h1>
+      ${jobs.length ? historyChart(jobs) : null}
       ${
         jobs.length === 0
           ? html`<p>No job folders here yet.</p>`

@@ -1,11 +1,13 @@
 /** A trial's page: facts, rewards and error, the lifecycle timeline, instruction, trajectory, logs and files. */
 import { STEPS } from '../../trial/types';
 import type { StepTiming, TaskStepResult } from '../../trial/types';
+import type { StepSpan } from '../charts/trial';
+import { trialCharts } from '../charts/trial';
 import type { TrialRow } from '../data';
 import { errorLevel } from '../data';
 import type { LinkContext, VNode } from '../html';
 import { bytes, document, fmt, html, rewardColour } from '../html';
-import type { Trajectory } from '../trajectory';
+import type { LlmCall, Trajectory } from '../trajectory';
 import { TrajectoryView } from '../trajectory';
 
 export interface ShownFile {
@@ -122,7 +124,7 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
           </tr>
         </tbody>
       </table>
-      ${result ? timeline(result) : html`<p>This trial has not finished.</p>`}
+      ${result ? timeline(result, data.trajectory?.calls ?? []) : html`<p>This trial has not finished.</p>`}
       ${
         data.instruction !== undefined
           ? html`<details open>
@@ -158,7 +160,7 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
   );
 }
 
-function timeline(result: NonNullable<TrialRow['result']>): VNode {
+function timeline(result: NonNullable<TrialRow['result']>, calls: LlmCall[]): VNode {
   const start = Date.parse(result.started_at);
   const end = Math.max(Date.parse(result.finished_at), start + 1);
   const span = end - start;
@@ -166,7 +168,7 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
     if (!timing) return [];
     const from = Date.parse(timing.started_at);
     const to = timing.finished_at ? Date.parse(timing.finished_at) : end;
-    return [{ step, from: from - start, duration: Math.max(0, to - from), failed }];
+    return [{ step, from: from - start, duration: Math.max(0, to - from), failed } satisfies StepSpan];
   };
   const taskSteps = result.step_results ?? [];
   // A multi-step task's execute and verify: one row per step of the task.
@@ -179,6 +181,7 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
   );
   return html`<div id="timeline">
     <h2>Lifecycle <span class="muted">${fmt(span / 1000, 1)} s</span></h2>
+    ${trialCharts(result, steps, calls)}
     <table class="timeline">
       <tbody>
         ${steps.map(
@@ -187,12 +190,6 @@ function timeline(result: NonNullable<TrialRow['result']>): VNode {
               <th>${s.step}</th>
               <td class="num">${fmt(s.from / 1000, 1)} s</td>
               <td class="num">${fmt(s.duration / 1000, 2)} s</td>
-              <td class="track">
-                <span
-                  class=${`bar ${s.failed ? 'failed' : ''}`}
-                  style=${`left:${(s.from / span) * 100}%;width:${Math.max(0.5, (s.duration / span) * 100)}%`}
-                ></span>
-              </td>
             </tr>`
         )}
       </tbody>
