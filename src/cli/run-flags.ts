@@ -136,7 +136,7 @@ function jobOverride(flags: RunFlags, problems: Problem[]): (raw: Raw) => Raw {
     n_tasks: positiveInt('--n-tasks', flags.nTasks, problems),
   };
   const timeoutMultiplier = positiveNumber('--timeout-multiplier', flags.timeoutMultiplier, problems);
-  if (flags.env !== undefined && !(ENVIRONMENT_TYPES as readonly string[]).includes(flags.env))
+  if (flags.env !== undefined && !ENVIRONMENT_TYPES.includes(flags.env))
     problems.push({
       file: '--env',
       message: `unknown environment type "${flags.env}": expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
