@@ -100,7 +100,9 @@ describe('registry datasets from a git server', () => {
     const source = path.join(root, 'source');
     await mkdir(source);
     git(source, 'init', '-q', '-b', 'main');
-    for (const name of ['task-a', 'task-b', 'other-c', 'lfs-d']) await writeTask(source, name, '0.25');
+    for (const name of ['task-a', 'task-b', 'other-c', 'lfs-d', 'latin1-e']) await writeTask(source, name, '0.25');
+    // A broken task (its instruction is not UTF-8): only a job that selects it may be refused for it.
+    await writeFile(path.join(source, 'tasks', 'latin1-e', 'instruction.md'), Buffer.from('caf\xe9', 'latin1'));
     // A file kept in Git LFS: the repository holds its pointer.
     await writeFile(
       path.join(source, 'tasks', 'lfs-d', 'tests', 'data.bin'),
@@ -139,6 +141,12 @@ describe('registry datasets from a git server', () => {
         version: '1.0',
         description: 'named by the entry, not the folder',
         tasks: [entry('alpha', first, withGit, 'tasks/task-a')],
+      },
+      {
+        name: 'mixed',
+        version: '1.0',
+        description: 'a good task and a broken one',
+        tasks: ['task-a', 'latin1-e'].map((name) => entry(name, first)),
       },
       {
         name: 'broken',
@@ -204,6 +212,25 @@ describe('registry datasets from a git server', () => {
     const job = await runJob(`renamed-${suffix}`, { registry: { path: './registry.json' }, name: 'renamed' });
     assert.equal(job.run.code, 0, job.run.stderr);
     assert.deepEqual(await job.rewards(), { alpha__noop__1: 0.25 });
+  });
+
+  it('a broken task the job does not select (task_names, or -t over the job file) never blocks it', async () => {
+    const dataset = { registry: { url: http.url }, name: 'mixed', version: '1.0' };
+    const named = await runJob(`mixed-named-${suffix}`, { ...dataset, task_names: ['task-a'] });
+    assert.equal(named.run.code, 0, named.run.stderr);
+    assert.deepEqual(await named.rewards(), { 'task-a__noop__1': 0.25 });
+    assert.deepEqual(
+      pins(await named.config()).map((task) => task.name),
+      ['task-a']
+    );
+    const flagged = await runJob(`mixed-flag-${suffix}`, dataset, {}, ['-t', 'task-*']);
+    assert.equal(flagged.run.code, 0, flagged.run.stderr);
+    assert.deepEqual(await flagged.rewards(), { 'task-a__noop__1': 0.25 });
+    const all = await runJob(`mixed-all-${suffix}`, dataset);
+    assert.equal(all.run.code, 2, all.run.stderr);
+    const errors = all.run.stderr.split('\n').filter((line) => line.startsWith('error:'));
+    assert.equal(errors.length, 1, all.run.stderr);
+    assert.match(errors[0]!, /latin1-e\/instruction\.md: not valid UTF-8 \(first bad byte at offset 3\)$/);
   });
 
   it('resolves a short SHA to the full commit', async () => {
@@ -357,7 +384,7 @@ describe('registry datasets from a git server', () => {
     assert.equal(unknown.run.code, 2, unknown.run.stderr);
     assert.match(
       unknown.run.stderr,
-      /job\.json: datasets\.0\.name: no dataset "nope" in the registry; it has: bench, broken, renamed/
+      /job\.json: datasets\.0\.name: no dataset "nope" in the registry; it has: bench, broken, mixed, renamed/
     );
     const version = await runJob(`version-${suffix}`, { registry: { url: http.url }, name: 'bench', version: '9' });
     assert.equal(version.run.code, 2, version.run.stderr);

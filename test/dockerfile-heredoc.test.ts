@@ -1,12 +1,12 @@
 /**
  * Dockerfile heredocs on the host's Docker 20.10, whose own Dockerfile frontend lacks them: builds use Rollout's
- * frontend image (BuildKit's Dockerfile frontend 1.4.3, built from the Go module proxy by scripts/setup.sh), which
- * also stands in for a `# syntax=` line that would need a registry. Without it, the failure is one error naming the
- * Dockerfile line.
+ * frontend image (BuildKit's Dockerfile frontend 1.4.3, built from the Go module proxy when a Dockerfile first needs
+ * it; scripts/setup-tests.sh builds it ahead of the tests), which also stands in for a `# syntax=` line that would
+ * need a registry. With it turned off, the failure is one error naming the Dockerfile line.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -14,6 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../src/environments/docker';
+import { DEFAULT_DOCKERFILE_FRONTEND, frontendNeed } from '../src/environments/image-builder/dockerfile-frontend';
 import type { BuildRequest } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { environmentKey } from '../src/environments/env-key';
@@ -23,11 +24,11 @@ const docker = new Docker();
 const marker = randomBytes(4).toString('hex');
 const jobName = `heredoc-${marker}`;
 const environment = new DockerEnvironment({ hostId: `heredoc-${TEST_HOST_ID}`, deployment: `heredoc-${marker}` });
-const FRONTEND = 'rollout-dockerfile-frontend:1.4.3';
+const FRONTEND = DEFAULT_DOCKERFILE_FRONTEND;
 let dir: string;
 const built: string[] = [];
 
-async function request(name: string, dockerfile: string): Promise<BuildRequest> {
+async function request(name: string, dockerfile: string, onOutput?: (line: string) => void): Promise<BuildRequest> {
   const contextDir = path.join(dir, name);
   await mkdir(contextDir, { recursive: true });
   await writeFile(path.join(contextDir, 'Dockerfile'), dockerfile);
@@ -38,6 +39,7 @@ async function request(name: string, dockerfile: string): Promise<BuildRequest> 
     force: false,
     jobName,
     timeoutMs: 300_000,
+    ...(onOutput ? { onOutput } : {}),
   };
 }
 
@@ -73,7 +75,7 @@ describe('Dockerfile heredocs', () => {
     await docker
       .getImage(FRONTEND)
       .inspect()
-      .catch(() => assert.fail(`${FRONTEND} is missing: scripts/setup.sh builds it`));
+      .catch(() => assert.fail(`${FRONTEND} is missing: scripts/setup-tests.sh builds it`));
   });
   after(async () => {
     for (const image of built) await environment.removeImage(image);
@@ -93,8 +95,8 @@ describe('Dockerfile heredocs', () => {
     assert.match(await catIn(result.image, '/x'), new RegExp(`^syntax-${marker}\\n`));
   });
 
-  it('without the frontend image, a heredoc is one build error naming the Dockerfile line', async () => {
-    process.env.ROLLOUT_DOCKERFILE_FRONTEND = `rollout-no-such-frontend:${marker}`;
+  it('with the frontend turned off (ROLLOUT_DOCKERFILE_FRONTEND empty), a heredoc is one build error naming the line', async () => {
+    process.env.ROLLOUT_DOCKERFILE_FRONTEND = '';
     try {
       const failing = await request('no-frontend', HEREDOCS.replace('one-', 'plain-'));
       await assert.rejects(environment.build(failing), (err: unknown) => {
@@ -103,13 +105,77 @@ describe('Dockerfile heredocs', () => {
         const dockerfile = path.join(failing.contextDir, 'Dockerfile');
         assert.equal(
           err.message,
-          `${dockerfile}:2: a heredoc (RUN <<EOF) needs BuildKit's Dockerfile 1.4 syntax; this Docker host lacks ` +
-            `Rollout's Dockerfile frontend (${FRONTEND}): run scripts/setup.sh, which builds it`
+          `${dockerfile}:2: a heredoc (RUN <<EOF) needs BuildKit's Dockerfile 1.4 syntax; Rollout's Dockerfile ` +
+            'frontend is turned off (ROLLOUT_DOCKERFILE_FRONTEND is empty)'
         );
         return true;
       });
     } finally {
       delete process.env.ROLLOUT_DOCKERFILE_FRONTEND;
     }
+  });
+
+  it('a missing frontend is built when a Dockerfile first needs it: once for concurrent builds, with a progress line', async () => {
+    const image = `rollout-dockerfile-frontend-test:${marker}`;
+    process.env.ROLLOUT_DOCKERFILE_FRONTEND = image;
+    const lines: string[] = [];
+    try {
+      const results = await Promise.all(
+        ['first', 'second'].map(async (name) =>
+          environment.build(
+            await request(`on-demand-${name}`, HEREDOCS.replace('one-', `${name}-`), (line) => lines.push(line))
+          )
+        )
+      );
+      built.push(...results.map((result) => result.image));
+      assert.match(await catIn(results[1]!.image, '/x'), new RegExp(`^second-${marker}\\n`));
+      await docker.getImage(image).inspect();
+      assert.ok(
+        lines.some((line) => line.endsWith(`Dockerfile line 2: RUN <<EOF needs the Dockerfile frontend ${image}`)),
+        lines.join('\n')
+      );
+      assert.equal(lines.filter((line) => line.startsWith(`Dockerfile frontend ${image} ready (`)).length, 1);
+    } finally {
+      delete process.env.ROLLOUT_DOCKERFILE_FRONTEND;
+      await docker
+        .getImage(image)
+        .remove()
+        .catch((err: Error) => console.error(`removing ${image}: ${err.message}`));
+    }
+  });
+
+  it("a frontend that cannot be built is an infrastructure error (not the task's) saying why", async () => {
+    const image = `rollout-dockerfile-frontend-test:unbuildable-${marker}`;
+    const blocker = path.join(dir, 'a-file');
+    await writeFile(blocker, '');
+    process.env.ROLLOUT_DOCKERFILE_FRONTEND = image;
+    process.env.ROLLOUT_CACHE_DIR = path.join(blocker, 'cache');
+    try {
+      await assert.rejects(
+        environment.build(await request('unbuildable', HEREDOCS.replace('one-', 'unbuildable-'))),
+        (err: unknown) => {
+          assert.ok(!(err instanceof TaskEnvironmentError), String(err));
+          assert.match(
+            (err as Error).message,
+            new RegExp(`^the Dockerfile frontend ${image} could not be built: ENOTDIR.*${blocker}`)
+          );
+          return true;
+        }
+      );
+    } finally {
+      delete process.env.ROLLOUT_DOCKERFILE_FRONTEND;
+      delete process.env.ROLLOUT_CACHE_DIR;
+      await rm(blocker);
+    }
+  });
+
+  it('a Dockerfile needs the frontend for a # syntax= line on any engine, for a heredoc before Docker 23', () => {
+    assert.equal(frontendNeed(HEREDOCS, '20.10.24+dfsg1'), 'line 2: RUN <<EOF');
+    assert.equal(frontendNeed(HEREDOCS, '24.0.7'), null);
+    assert.equal(
+      frontendNeed('# syntax=docker/dockerfile:1.4\nFROM x\n', '27.1.0'),
+      'line 1: # syntax=docker/dockerfile:1.4'
+    );
+    assert.equal(frontendNeed('FROM debian:bookworm-slim\nRUN echo plain > /x\n', '20.10.24'), null);
   });
 });

@@ -24,8 +24,11 @@ import { renderAgentList } from './agents';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
 import { renderDatasetList, renderEvals, renderReport, renderTable } from './report';
-import { cancelJob, resumeJob, runJobFile } from './run';
+import { cancelJob, resumeJob, runJob } from './run';
+import type { RunFlags } from './run-flags';
+import { COMMAND_LINE, configYaml, namingFlags, resolveRunJob, withRunFlags } from './run-flags';
 import { checkTasks, initTask } from './tasks';
+import { addInitCommand } from './init';
 import { buildEnvironments } from './build';
 import { writeBundle } from '../viewer/bundle';
 import type { ExportOptions } from '../export/export';
@@ -76,23 +79,43 @@ export function buildProgram(): Command {
     .exitOverride();
 
   withGateOptions(
-    program
-      .command('run <job>', { isDefault: true })
-      .description('run a job (job.yaml or job.json); `rollout <job>` does the same')
-      .option('--no-worker', 'run no worker in this process: only submit and watch')
-      .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-      .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-      .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
+    withRunFlags(
+      program
+        .command('run [job]', { isDefault: true })
+        .description(
+          "run a job file (job.yaml or job.json), or a job given by Harbor's flags (-d/-p, -a, -m, -n, …), which " +
+            "override the file's fields; `rollout <job>` does the same"
+        )
+        .option('--no-worker', 'run no worker in this process: only submit and watch')
+        .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+        .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+        .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
+    )
   ).action(
     async (
-      job: string,
-      opts: GateFlags & { worker: boolean; hostId: string; maxTrials?: number; skipPreflight?: boolean }
+      file: string | undefined,
+      opts: RunFlags & GateFlags & { worker: boolean; hostId: string; maxTrials?: number; skipPreflight?: boolean }
     ) => {
       const gate = parseGateOptions(opts);
-      // The runtime is installed with the job's log_level once the job file is read.
-      process.exitCode = await runJobFile(job, { ...opts, gate });
+      const job = await resolveRunJob(file, opts);
+      if (opts.printConfig) {
+        process.stdout.write(configYaml(job, `rollout ${process.argv.slice(2).join(' ')}`));
+        return;
+      }
+      // The runtime is installed with the job's log_level once the job is read.
+      process.exitCode = await namingFlags(opts, () =>
+        runJob(job, file ?? COMMAND_LINE, {
+          worker: opts.worker,
+          hostId: opts.hostId,
+          maxTrials: opts.maxTrials,
+          skipPreflight: opts.skipPreflight,
+          gate,
+        })
+      );
     }
   );
+
+  addInitCommand(program);
 
   program
     .command('worker')

@@ -55,11 +55,6 @@ const DETACHED = Symbol('detached');
 /** 128 + SIGINT, as shells report an interrupted command. */
 const EXIT_DETACHED = 130;
 
-/** `rollout <job.yaml>`: validate, plan, start (or attach to) the Job workflow, run a worker, watch, report. */
-export async function runJobFile(file: string, options: RunOptions): Promise<number> {
-  return runJob(await loadJobFile(file), file, options);
-}
-
 /** `rollout resume <job>`: the job as saved in its folder's config.json, run again; finished trials are skipped. */
 export async function resumeJob(nameOrDir: string, jobsDir: string, options: RunOptions): Promise<number> {
   const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : jobDirOf({ jobs_dir: jobsDir, name: nameOrDir });
@@ -72,6 +67,10 @@ export async function resumeJob(nameOrDir: string, jobsDir: string, options: Run
   return runJob(await loadJobFile(file), file, options);
 }
 
+/**
+ * `rollout run`: validate, plan, start (or attach to) the Job workflow, run a worker, watch, report. `file` names the
+ * job file (or the command line) in problems.
+ */
 export async function runJob(job: ResolvedJob, file: string, options: RunOptions): Promise<number> {
   // The worker's slowest part to start: its bundle is looked up (a digest of the compiled code) while the job is
   // planned. A failure surfaces when the worker asks for it.
@@ -164,8 +163,9 @@ async function watchJob(job: ResolvedJob, file: string, plan: JobPlan, options: 
   if (final === DETACHED) {
     view.done();
     console.error(
-      `detached: job ${job.name} is paused until a worker runs. Continue with \`rollout ${file}\` (or ` +
-        `\`rollout resume ${job.name}\`), or cancel it with \`rollout cancel ${job.name}\`.`
+      `detached: job ${job.name} is paused until a worker runs. Continue with ` +
+        `${existsSync(file) ? `\`rollout ${file}\` (or \`rollout resume ${job.name}\`)` : `\`rollout resume ${job.name}\``}` +
+        `, or cancel it with \`rollout cancel ${job.name}\`.`
     );
     await connection.close();
     return EXIT_DETACHED;

@@ -9,6 +9,7 @@ export function runCommand(
   options: {
     signal: AbortSignal;
     env: Record<string, string>;
+    cwd?: string;
     onOutput: (text: string) => void;
     /** Takes stdout (a command's result) apart from onOutput, which then has stderr only. */
     onStdout?: (text: string) => void;
@@ -17,6 +18,7 @@ export function runCommand(
   return new Promise((resolve) => {
     const child = spawn(command, args, {
       env: { ...process.env, ...options.env },
+      cwd: options.cwd,
       signal: options.signal,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -1,4 +1,3 @@
-import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 
 import type { Problem } from '../errors';
@@ -7,7 +6,8 @@ import type { PinnedTask } from '../registry/git-cache';
 import { fetchTasks, pinTasks } from '../registry/git-cache';
 import { findDataset, readRegistry, registryLabel } from '../registry/load';
 import type { EnvironmentRequirement, Task } from '../task/load';
-import { loadDataset, loadTask } from '../task/load';
+import { loadTask } from '../task/load';
+import { loadLocalDataset, unmatchedProblems } from './local-dataset';
 import type { ResolvedJob } from './load';
 import type { DatasetConfig, RegistryDatasetConfig } from './schema';
 import { selectTasks } from './select';
@@ -32,20 +32,20 @@ export interface DatasetOptions {
 export async function loadJobDatasets(
   job: ResolvedJob,
   options: DatasetOptions = {}
-): Promise<{ job: ResolvedJob; datasets: LoadedDataset[] }> {
+): Promise<{ job: ResolvedJob; datasets: LoadedDataset[]; warnings: string[] }> {
   const log = options.log ?? ((line: string) => console.error(`[datasets] ${line}`));
   const file = job.file;
   const problems: Problem[] = [];
+  const warnings: string[] = [];
   const datasets: LoadedDataset[] = [];
   const configs: DatasetConfig[] = [];
   for (const [index, dataset] of job.datasets.entries()) {
     const field = `datasets.${index}`;
     if ('path' in dataset) {
-      const loaded = await loadDataset(dataset.path, options.requirement);
+      const loaded = await loadLocalDataset(dataset, { file, field }, options.requirement);
       problems.push(...loaded.problems);
-      const selected = selectTasks(loaded.tasks, dataset);
-      problems.push(...unmatchedProblems(file, field, selected.unmatched, path.basename(dataset.path)));
-      datasets.push({ name: path.basename(dataset.path), tasks: selected.tasks });
+      warnings.push(...loaded.warnings);
+      datasets.push({ name: loaded.name, tasks: loaded.tasks });
       configs.push(dataset);
       continue;
     }
@@ -71,7 +71,7 @@ export async function loadJobDatasets(
     configs.push({ ...dataset, pinned_tasks: pinned });
   }
   if (problems.length > 0) throw new InputError(problems);
-  return { job: { ...job, datasets: configs }, datasets };
+  return { job: { ...job, datasets: configs }, datasets, warnings };
 }
 
 /** The registry's tasks for this entry, selected, each at a full commit. */
@@ -85,7 +85,7 @@ async function pinDataset(
   const found = findDataset(registry, dataset, { file, field });
   if (!('tasks' in found)) return found;
   const selected = selectTasks(found.tasks, dataset);
-  const [unmatched] = unmatchedProblems(file, field, selected.unmatched, `${found.name}@${found.version}`);
+  const [unmatched] = unmatchedProblems({ file, field }, selected.unmatched, `${found.name}@${found.version}`);
   if (unmatched) return unmatched;
   if (selected.tasks.length === 0) {
     return {
@@ -105,12 +105,4 @@ function previousPins(previous: ResolvedJob | undefined, dataset: RegistryDatase
       isDeepStrictEqual({ ...earlier, pinned_tasks: undefined }, { ...dataset, pinned_tasks: undefined })
   );
   return same?.pinned_tasks;
-}
-
-function unmatchedProblems(file: string, field: string, globs: string[], dataset: string): Problem[] {
-  return globs.map((glob) => ({
-    file,
-    field: `${field}.task_names`,
-    message: `"${glob}" matches no task of ${dataset}`,
-  }));
 }

@@ -7,8 +7,9 @@ import type { Problem } from '../errors';
 import { InputError, zodProblems } from '../errors';
 import { isImportPath } from '../environments/external';
 import { loadDataset } from '../task/load';
+import { loadLocalDataset } from './local-dataset';
 import type { JobConfig } from './schema';
-import { JobConfigSchema } from './schema';
+import { JobConfigSchema, PathDatasetSchema } from './schema';
 
 /**
  * A job as resolved from its file: defaults applied, name set, paths absolute, and the file itself (so later problems
@@ -16,8 +17,14 @@ import { JobConfigSchema } from './schema';
  */
 export type ResolvedJob = JobConfig & { name: string; jobs_dir: string; file: string };
 
-/** Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. */
-export async function loadJobFile(file: string): Promise<ResolvedJob> {
+/**
+ * Reads job.yaml / job.yml / job.json; every problem is reported at once, one line each. `override` changes the
+ * file's mapping before it is validated (`rollout run`'s flags).
+ */
+export async function loadJobFile(
+  file: string,
+  override: (raw: Record<string, unknown>) => Record<string, unknown> = (raw) => raw
+): Promise<ResolvedJob> {
   const absolute = path.resolve(file);
   let text: string;
   try {
@@ -41,29 +48,54 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InputError([{ file: absolute, message: 'expected a mapping of job keys (name, agents, datasets, …)' }]);
   }
-  const base = path.dirname(absolute);
+  const defaultName = path.basename(absolute).replace(/\.(ya?ml|json)$/, '');
+  return loadJobConfig(override(raw as Record<string, unknown>), absolute, path.dirname(absolute), defaultName);
+}
+
+/**
+ * A job file's mapping (or one made from `rollout run`'s flags, named `source`), validated with its local tasks'
+ * problems and its jobs_dir's, all at once. Relative paths resolve against `base`; `defaultName` names a job whose
+ * mapping has no `name`.
+ */
+export async function loadJobConfig(
+  raw: Record<string, unknown>,
+  source: string,
+  base: string,
+  defaultName?: string
+): Promise<ResolvedJob> {
   let job: ResolvedJob | undefined;
   const problems: Problem[] = [];
   try {
-    job = parseJobConfig(raw, absolute, base, { defaultName: path.basename(absolute).replace(/\.(ya?ml|json)$/, '') });
+    job = parseJobConfig(raw, source, base, { defaultName });
   } catch (err) {
     if (!(err instanceof InputError)) throw err;
     // Report the tasks' problems too, so one run lists everything to fix.
-    problems.push(...err.problems, ...(await localTaskProblems(raw, base)));
+    problems.push(...err.problems, ...(await localTaskProblems(raw, source, base)));
   }
-  const jobsDir = job?.jobs_dir ?? ('jobs_dir' in raw && typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
-  problems.push(...(await jobsDirProblems(absolute, path.resolve(jobsDir))));
+  const jobsDir = job?.jobs_dir ?? (typeof raw.jobs_dir === 'string' ? raw.jobs_dir : 'jobs');
+  problems.push(...(await jobsDirProblems(source, path.resolve(jobsDir))));
   if (!job || problems.length > 0) throw new InputError(problems);
   return job;
 }
 
-/** The problems of the tasks in a job file's local datasets (read from the file as it is, valid or not). */
-async function localTaskProblems(raw: object, base: string): Promise<Problem[]> {
+/**
+ * The problems of the tasks in a job file's local datasets (read from the file as it is, valid or not): of the tasks
+ * it selects, or of every task when its entry is itself invalid.
+ */
+async function localTaskProblems(raw: object, file: string, base: string): Promise<Problem[]> {
   const datasets = 'datasets' in raw && Array.isArray(raw.datasets) ? (raw.datasets as unknown[]) : [];
   const problems: Problem[] = [];
-  for (const dataset of datasets) {
+  for (const [index, dataset] of datasets.entries()) {
     const dir = (dataset as { path?: unknown } | null)?.path;
-    if (typeof dir === 'string') problems.push(...(await loadDataset(resolveExisting(base, dir))).problems);
+    if (typeof dir !== 'string') continue;
+    const entry = PathDatasetSchema.safeParse(dataset);
+    const loaded = entry.success
+      ? await loadLocalDataset(
+          { ...entry.data, path: resolveExisting(base, dir) },
+          { file, field: `datasets.${index}` }
+        )
+      : await loadDataset(resolveExisting(base, dir));
+    problems.push(...loaded.problems);
   }
   return problems;
 }

@@ -69,7 +69,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   const taskCounts = new Map<string, number>();
   for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
 
-  const warnings: string[] = [];
+  const warnings: string[] = [...loaded.warnings];
   const trials: TrialSpec[] = [];
   for (const dataset of datasets) {
     for (const task of dataset.tasks) {

@@ -136,43 +136,68 @@ async function loadSteps(taskDir: string, configs: { name: string }[], problems:
   return steps;
 }
 
+/** An entry of a dataset path: a task folder to read, or what makes it unusable (a dangling or looping link). */
+export interface DatasetEntry {
+  /** The folder's (or link's) name: the task's name, which job selections match. */
+  name: string;
+  dir: string;
+  problem?: Problem;
+}
+
 /**
- * A dataset path is either one task folder (it has task.toml) or a folder of task folders. Every sub-folder must be
- * a valid task: an invalid one is reported, never skipped.
+ * A dataset path is either one task folder (it has task.toml) or a folder of task folders: its entries, not read yet,
+ * so that a job reads only the tasks it selects. `problems` are the dataset's own (not a folder, no tasks).
  */
+export async function listDataset(dir: string): Promise<{ entries: DatasetEntry[]; problems: Problem[] }> {
+  const absolute = path.resolve(dir);
+  if (!(await isDirectory(absolute))) {
+    return { entries: [], problems: [{ file: absolute, message: 'dataset path is not a folder' }] };
+  }
+  const entries = (await isFile(path.join(absolute, 'task.toml')))
+    ? [{ name: path.basename(absolute), dir: absolute }]
+    : await taskFolders(absolute);
+  if (entries.length === 0) {
+    return { entries: [], problems: [{ file: absolute, message: 'dataset holds no task folders' }] };
+  }
+  return { entries, problems: [] };
+}
+
+/** Every task of a dataset path. Every entry must be a valid task: an invalid one is reported, never skipped. */
 export async function loadDataset(
   dir: string,
   requirement?: EnvironmentRequirement
 ): Promise<{ tasks: Task[]; problems: Problem[] }> {
-  const absolute = path.resolve(dir);
-  if (!(await isDirectory(absolute))) {
-    return { tasks: [], problems: [{ file: absolute, message: 'dataset path is not a folder' }] };
-  }
-  const listed = (await isFile(path.join(absolute, 'task.toml')))
-    ? { dirs: [absolute], problems: [] }
-    : await taskFolders(absolute);
-  if (listed.dirs.length === 0 && listed.problems.length === 0) {
-    return { tasks: [], problems: [{ file: absolute, message: 'dataset holds no task folders' }] };
-  }
-  const loads = await Promise.all(listed.dirs.map((taskDir) => loadTask(taskDir, requirement)));
+  const listed = await listDataset(dir);
+  const loaded = await loadEntries(listed.entries, requirement);
+  return { tasks: loaded.tasks, problems: [...listed.problems, ...loaded.problems] };
+}
+
+/** These entries of a dataset, read and validated; an unusable entry is a problem. */
+export async function loadEntries(
+  entries: DatasetEntry[],
+  requirement?: EnvironmentRequirement
+): Promise<{ tasks: Task[]; problems: Problem[] }> {
+  const loads = await Promise.all(
+    entries.map(async (entry) => (entry.problem ? { problems: [entry.problem] } : loadTask(entry.dir, requirement)))
+  );
   return {
-    tasks: loads.flatMap((load) => (load.task ? [load.task] : [])),
-    problems: [...listed.problems, ...loads.flatMap((load) => load.problems)],
+    tasks: loads.flatMap((load) => ('task' in load && load.task ? [load.task] : [])),
+    problems: loads.flatMap((load) => load.problems),
   };
 }
 
 /**
  * The task folders of a dataset folder: its sub-folders, and links to folders (followed, so a dataset may be assembled
- * from links). A link that loops, dangles, or leads back to the dataset or a folder above it is reported.
+ * from links). A link that loops, dangles, or leads back to the dataset or a folder above it is an entry with its
+ * problem.
  */
-async function taskFolders(dataset: string): Promise<{ dirs: string[]; problems: Problem[] }> {
-  const dirs: string[] = [];
-  const problems: Problem[] = [];
+async function taskFolders(dataset: string): Promise<DatasetEntry[]> {
+  const entries: DatasetEntry[] = [];
   const datasetReal = await realpath(dataset);
   for (const entry of await readdir(dataset, { withFileTypes: true })) {
     if (entry.name.startsWith('.')) continue;
     const full = path.join(dataset, entry.name);
-    if (entry.isDirectory()) dirs.push(full);
+    if (entry.isDirectory()) entries.push({ name: entry.name, dir: full });
     if (!entry.isSymbolicLink()) continue;
     let target: string;
     try {
@@ -180,17 +205,18 @@ async function taskFolders(dataset: string): Promise<{ dirs: string[]; problems:
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       const message = code === 'ELOOP' ? 'symlink loop' : `broken symlink (${code ?? firstLine(err)})`;
-      problems.push({ file: full, message });
+      entries.push({ name: entry.name, dir: full, problem: { file: full, message } });
       continue;
     }
     const fromTarget = path.relative(target, datasetReal);
     if (fromTarget === '' || !fromTarget.startsWith('..')) {
-      problems.push({ file: full, message: `symlink loop: links to ${target}, which holds the dataset itself` });
+      const message = `symlink loop: links to ${target}, which holds the dataset itself`;
+      entries.push({ name: entry.name, dir: full, problem: { file: full, message } });
     } else if (await isDirectory(target)) {
-      dirs.push(full);
+      entries.push({ name: entry.name, dir: full });
     }
   }
-  return { dirs: dirs.sort(), problems };
+  return entries.sort((a, b) => (a.dir < b.dir ? -1 : a.dir > b.dir ? 1 : 0));
 }
 
 /**

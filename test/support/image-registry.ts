@@ -1,5 +1,5 @@
 /**
- * A real image registry (CNCF distribution, built from the Go module proxy by scripts/setup.sh) on a local port, for
+ * A real image registry (CNCF distribution, built from the Go module proxy by scripts/setup-tests.sh) on a local port, for
  * the kubernetes environment's pushes. Docker treats 127.0.0.0/8 registries as insecure (plain HTTP) by default.
  */
 import type { ChildProcess } from 'node:child_process';
@@ -20,7 +20,7 @@ export interface ImageRegistry {
   stop(): Promise<void>;
 }
 
-/** Where setup.sh puts the registry binary (ROLLOUT_REGISTRY_BIN overrides). */
+/** Where setup-tests.sh puts the registry binary (ROLLOUT_REGISTRY_BIN overrides). */
 export function registryBinary(): string {
   const cache = process.env.ROLLOUT_CACHE_DIR ?? path.join(homedir(), '.cache', 'rollout');
   return process.env.ROLLOUT_REGISTRY_BIN ?? path.join(cache, 'registry', REGISTRY_VERSION, 'registry');

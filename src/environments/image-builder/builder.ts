@@ -5,7 +5,7 @@
  * by per-job reference tags so an image goes with the last job that uses it.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
@@ -23,7 +23,9 @@ import {
   TaskEnvironmentError,
 } from '../environment';
 import { firstLine } from '../exec-output';
-import { DOCKERFILE_FRONTEND, missingFrontendProblem } from './dockerfile-problems';
+import { log } from '../../log';
+import { dockerfileFrontendImage, ensureDockerfileFrontend, frontendNeed } from './dockerfile-frontend';
+import { missingFrontendProblem } from './dockerfile-problems';
 import type { DockerEngine } from './engine';
 import { abortable, statusCode } from './engine';
 
@@ -49,6 +51,8 @@ export type BuildParts = (request: BuildRequest) => Promise<void>;
 export class ImageBuilder {
   /** Builds in flight by image: concurrent trials of one environment wait for one build. */
   private readonly builds = new Map<string, BuildInFlight>();
+  /** The daemon's version (asked once): whether its own Dockerfile frontend has heredocs. */
+  private engineVersion: string | undefined;
 
   constructor(
     private readonly engine: DockerEngine,
@@ -145,7 +149,7 @@ export class ImageBuilder {
     const labels = imageLabelsOf(this.engine.owner, request);
     const args = ['buildx', 'build', '--load', '--progress=plain', '--tag', tag];
     for (const [key, value] of Object.entries(labels)) args.push('--label', `${key}=${value}`);
-    const frontend = await this.dockerfileFrontend();
+    const frontend = await this.dockerfileFrontend(request);
     // It replaces the engine's own frontend, and a Dockerfile's `# syntax=` line (which would need a registry).
     if (frontend) args.push('--build-arg', `BUILDKIT_SYNTAX=${frontend}`);
     // buildx syncs a context into a folder BuildKit keys by the context folder's *name*, and skips files whose size
@@ -181,10 +185,24 @@ export class ImageBuilder {
     throw new TaskEnvironmentError('EnvironmentBuildError', output.text() || `docker buildx build exited ${exitCode}`);
   }
 
-  /** Rollout's Dockerfile frontend image (scripts/dockerfile-frontend.sh) when this Docker host has it, else null. */
-  private async dockerfileFrontend(): Promise<string | null> {
-    const image = process.env.ROLLOUT_DOCKERFILE_FRONTEND ?? DOCKERFILE_FRONTEND;
-    return image && (await this.engine.imageLabels(image)) ? image : null;
+  /**
+   * Rollout's Dockerfile frontend image when this Docker host has it, else null; when the Dockerfile needs it (a
+   * heredoc before Docker 23, a `# syntax=` line), it is built first (once per host, with a progress line).
+   */
+  private async dockerfileFrontend(request: BuildRequest): Promise<string | null> {
+    const image = dockerfileFrontendImage();
+    if (!image || (await this.engine.imageLabels(image))) return image;
+    const dockerfile = path.join(request.contextDir, 'Dockerfile');
+    this.engineVersion ??= (await this.engine.docker.version()).Version;
+    const need = frontendNeed(await readFile(dockerfile, 'utf8'), this.engineVersion);
+    if (!need) return null;
+    const progress = (line: string) => {
+      log.info(`${this.engine.owner.hostId}: ${line}`);
+      request.onOutput?.(line);
+    };
+    progress(`${dockerfile} ${need} needs the Dockerfile frontend ${image}`);
+    await ensureDockerfileFrontend(this.engine, image, progress);
+    return image;
   }
 
   private async pull(image: string, request: BuildRequest): Promise<void> {
