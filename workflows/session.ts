@@ -30,7 +30,7 @@ import {
   sessionRecordQuery,
   sessionStepUpdate,
 } from './session-messages';
-import { notRunHere } from './local-steps';
+import { notRunHere } from './trial/local-steps';
 
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;

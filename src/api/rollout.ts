@@ -19,7 +19,7 @@ import { readPlanPage } from '../job/plan-file';
 import { boundedId, jobWorkflowId, planJob, sanitize, uniqueTrialName } from '../job/plan';
 import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
 import { ENVIRONMENT_TYPES } from '../job/schema';
-import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from '../job/submit';
+import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from './submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TrialResult } from '../results/trial-result';

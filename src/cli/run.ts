@@ -17,7 +17,7 @@ import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
 import { jobWorkflowId, planJob } from '../job/plan';
 import { startServices } from '../job/services';
-import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
+import { jobInput, saveJobFolder, startJobWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TemporalEndpoint } from '../temporal/connect';

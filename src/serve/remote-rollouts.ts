@@ -14,7 +14,7 @@ import { z } from 'zod';
 import type { trialWorkflow } from '../../workflows';
 import { namedTrial } from '../api/rollout';
 import { boundedId, sanitize } from '../job/plan';
-import { startTrialWorkflow } from '../job/submit';
+import { startTrialWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
