@@ -76,10 +76,8 @@ export function agentPrefix(name: string, version: string): string {
   return `${AGENTS_ROOT}/agents/${name}-${version}`;
 }
 
-/** Single-quoted for bash. */
-export function shellQuote(text: string): string {
-  return `'${text.replace(/'/g, `'\\''`)}'`;
-}
+// Lives in src/shell.ts; the environments still import it from here until they move into their provider folders.
+export { shellQuote } from '../shell';
 
 /** litellm model strings name their provider; a bare name is taken as an OpenAI-compatible model. */
 export function litellmModel(model: string | undefined): string | undefined {

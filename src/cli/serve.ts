@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net';
 
-import { isOracle } from '../agents/agent';
+import { isOracle } from '../agents/config';
 import { Rollout } from '../api/rollout';
 import { InputError } from '../errors';
 import { parseJobConfig } from '../job/load';

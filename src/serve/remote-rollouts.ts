@@ -19,7 +19,7 @@ import { jobFiles, readJson } from '../results/files';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
 import { sealEnv } from '../secrets/sealed-env';
-import { upstreamModelUrl } from './eval-protocol';
+import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
 import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
 

@@ -8,7 +8,7 @@ import { copyFile, mkdtemp, rename, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { shellQuote } from '../agents/builtin';
+import { shellQuote } from '../shell';
 import type { Environment } from '../environments/environment';
 import type { CollectBudget } from '../environments/host-files';
 import type { ArtifactEntry, TaskConfig } from '../task/schema';
