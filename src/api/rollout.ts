@@ -25,6 +25,7 @@ import type { JobResult } from '../results/job-result';
 import type { TrialResult } from '../results/trial-result';
 import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { ifWorkflowExists } from '../temporal/not-found';
 import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../trial/types';
 import type { z } from 'zod';
@@ -132,7 +133,7 @@ export class Rollout {
   /** A job started earlier (by this process before a restart, or by the CLI): by name. */
   async job(name: string): Promise<JobRun> {
     const handle = this.client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(name));
-    const description = await handle.describe().catch(() => undefined);
+    const description = await ifWorkflowExists(handle.describe());
     const jobDir = description?.memo?.jobDir;
     if (typeof jobDir !== 'string')
       throw new InputError([{ file: name, message: 'no such job on this Temporal server' }]);

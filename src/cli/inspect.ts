@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { WorkflowNotFoundError } from '@temporalio/client';
+import { ifWorkflowExists } from '../temporal/not-found';
 
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
@@ -82,11 +82,5 @@ export async function listJobs(client: Client): Promise<JobListing[]> {
 }
 
 export async function jobExists(client: Client, jobName: string): Promise<boolean> {
-  try {
-    await client.workflow.getHandle(jobWorkflowId(jobName)).describe();
-    return true;
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return false;
-    throw err;
-  }
+  return (await ifWorkflowExists(client.workflow.getHandle(jobWorkflowId(jobName)).describe())) !== undefined;
 }

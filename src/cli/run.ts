@@ -28,6 +28,7 @@ import {
   resultAcrossRestarts,
   workflowUiUrl,
 } from '../temporal/connect';
+import { ifWorkflowExists } from '../temporal/not-found';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';
@@ -185,7 +186,7 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
   const endpoint = await resolveTemporal({ startDevServer: false });
   const { connection, client } = await connectClient(endpoint);
   const handle = client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(jobName));
-  const description = await handle.describe().catch(() => undefined);
+  const description = await ifWorkflowExists(handle.describe());
   if (!description) throw new InputError([{ file: jobName, message: 'no such job on this Temporal server' }]);
   if (description.status.name !== 'RUNNING') {
     console.log(`job ${jobName} is not running (${description.status.name.toLowerCase()})`);
