@@ -3,7 +3,7 @@ import path from 'node:path';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
-import { taskComposeFile } from '../src/environments/docker-compose';
+import { taskComposeFile } from '../src/environments/docker/compose';
 import type { TrialSpec } from '../src/trial/types';
 import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';

@@ -18,7 +18,8 @@ import { leftoversKilledByVerifier } from './verify';
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
  * killed first); the activity's Temporal timeout is only a safety margin above it, so Temporal retries crashes,
  * never slow agents. An agent on the model gateway gets a token valid only while this step runs; if its last model
- * call failed, the trial ends in that failure's type (ApiRateLimitError, …), which job.yaml `retry` may name.
+ * call failed (after the gateway's own retries), the trial ends in that failure's type (ApiUnreachableError, …),
+ * whether the agent exited or timed out, and job.yaml `retry` runs it again.
  */
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
@@ -57,8 +58,10 @@ export function executeAgent(deps: ActivityDeps) {
           ? "the verifier's first exec kills every process the agent left"
           : 'every process the agent started killed';
       await log(spec, 'execute', `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: ${leftovers}`);
+      // The model's API failing is not the agent's fault: when the agent gave up or ran out of time after its last
+      // calls failed upstream, the trial ends in the API's error (UPSTREAM_ERROR_TYPES are not scored).
       const failure = session?.failure();
-      if (failure && !result.timedOut) {
+      if (failure) {
         // No verification follows a failed step: nothing the agent left may outlive it.
         if (killedByVerifier) await run.environment.killAll(run.handle);
         throw taskFailure(

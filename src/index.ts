@@ -8,7 +8,7 @@ export type {
   TrialRequest,
   WorkerOptions,
 } from './api/rollout';
-export { InputError } from './errors';
+export { formatProblem, InputError } from './errors';
 export type { Problem } from './errors';
 export type { JobResult } from './results/job-result';
 export type { TrialResult } from './results/trial-result';

@@ -4,14 +4,15 @@
  * that restarts, or whose process is killed, and still gets every result.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
-import { InputError, Rollout } from 'rollout';
+import { formatProblem, InputError, Rollout } from 'rollout';
 import type { JobConfig } from 'rollout';
 
 import { localWorkers, writeLocalJob } from './support/local-job';
@@ -20,6 +21,7 @@ import { testTemporal } from './support/temporal';
 import { waitFor } from './support/wait';
 
 const suffix = randomBytes(3).toString('hex');
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
 async function localJob(name: string, attempts: number, execute?: string): Promise<JobConfig & { dir: string }> {
   const jobFile = await writeLocalJob({ name, attempts, concurrency: 4, ...(execute ? { execute } : {}) });
@@ -71,6 +73,40 @@ describe('library API', () => {
         /n_attempts: Too small/.test(err.message) &&
         /agents\.0\.execute: unknown agent "nobody"/.test(err.message)
     );
+  });
+
+  it('throws InputError naming the field for a job without a name, and starts nothing', async () => {
+    const { dir, ...config } = await localJob(`api-unnamed-${suffix}`, 1);
+    const { name: _name, ...unnamed } = config;
+    await assert.rejects(rollout.submitJob(unnamed as JobConfig), (err: unknown) => {
+      assert.ok(err instanceof InputError);
+      assert.deepEqual(err.problems, [
+        { file: 'submitJob config', field: 'name', message: 'required (it names the job and its folder)' },
+      ]);
+      assert.equal(err.message, 'submitJob config: name: required (it names the job and its folder)');
+      assert.equal(formatProblem(err.problems[0]!), err.message);
+      return true;
+    });
+    assert.equal(existsSync(path.join(dir, 'jobs')), false);
+  });
+
+  it("runs the spec's `name: Job name`: the name kept everywhere, its folder derived without collisions", async () => {
+    const { dir: _dir, ...config } = await localJob(`api-named-${suffix}`, 1);
+    const name = `Job name ${suffix}`;
+    const job = await rollout.submitJob({ ...config, name });
+    const result = await job.result();
+    assert.equal(result.status, 'completed');
+    assert.equal(result.job_name, name);
+    assert.equal(path.basename(job.dir), `Job_name_${suffix}~${sha256(name).slice(0, 8)}`);
+    const saved = JSON.parse(await readFile(path.join(job.dir, 'config.json'), 'utf8')) as { name: string };
+    assert.equal(saved.name, name);
+    const trials = await rollout.client.workflow.count(`RolloutJob = "${name}" AND WorkflowType = "trialWorkflow"`);
+    assert.equal(trials.count, 1);
+    // The name its folder would have without the hash is another job, in another folder.
+    const twin = await rollout.submitJob({ ...config, name: `Job_name_${suffix}` });
+    await twin.result();
+    assert.equal(path.basename(twin.dir), `Job_name_${suffix}`);
+    assert.notEqual(twin.dir, job.dir);
   });
 
   it('cancels a running job and keeps what finished', async () => {

@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../src/environments/docker';
-import { LABEL_COMPOSE_PROJECT } from '../src/environments/docker-compose';
+import { LABEL_COMPOSE_PROJECT } from '../src/environments/docker/compose';
 import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { environmentKey } from '../src/environments/env-key';

@@ -108,7 +108,8 @@ describe('trial outcomes', () => {
     // Rewards: agent-timeout 1, agent-writes-verifier 0.25, harbor-solution 1; five errors without reward count 0.
     const { ci95, ...reward } = result.evals['oracle__tasks']!.metrics.reward!;
     assert.deepEqual(reward, { n: 8, mean: 2.25 / 8 });
-    assert.ok(ci95 && ci95[0] < 2.25 / 8 && ci95[1] > 2.25 / 8, String(ci95));
+    // 0.25 makes it a reward other than 0/1: a task bootstrap, which needs 10 tasks (docs/results.md); 8 are too few.
+    assert.equal(ci95, null);
   });
 
   it('leaves no containers behind', async () => {

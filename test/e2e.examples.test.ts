@@ -43,6 +43,10 @@ describe('examples/job.yaml end to end', () => {
   it('exits 0 and prints metrics, the results folder and the UI link', () => {
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max/);
+    // Rewards of 0 or 1: every printed interval lies inside [0, 1] (it once printed [-5.853, 6.853]).
+    const intervals = [...run.stdout.matchAll(/\[(-?[\d.]+), (-?[\d.]+)\]/g)];
+    assert.ok(intervals.length > 0, run.stdout);
+    for (const [, low, high] of intervals) assert.ok(Number(low) >= 0 && Number(high) <= 1, run.stdout);
     assert.match(run.stdout, new RegExp(`results: .*jobs/${jobName}`));
     assert.match(run.stderr, /6\/6 done/);
   });

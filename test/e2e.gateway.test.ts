@@ -3,7 +3,9 @@
  * APIs): a custom agent with `gateway: true`, written in bash (bookworm-slim has no curl), calls the model through
  * the gateway. Its calls are recorded with usage and cost in result.json, the job sums them per agent, the ATIF
  * trajectory passes Harbor's own validator, the real key is nowhere in the container (the verifier greps the
- * environment and the filesystem), in history or in files, and a 429 ends in ApiRateLimitError, retried per `retry`.
+ * environment and the filesystem), in history or in files; the preflight's model list reaches the upstream with the
+ * key; a 429 is absorbed at the gateway, and one that lasts past max_wait ends in ApiRateLimitError, not scored and
+ * retried per `retry`.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -19,14 +21,14 @@ import type { TrialResult } from '../src/results/trial-result';
 import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
 import { removeJobLeftovers } from './support/docker';
+import { gatewayAgentYaml, prepareGatewayTask } from './support/gateway-agent';
 import { validateWithHarbor } from './support/harbor';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
-import { REPO_ROOT, testTemporal } from './support/temporal';
+import { testTemporal } from './support/temporal';
 
 const jobName = `gateway-${randomBytes(3).toString('hex')}`;
 const KEY = `sk-real-${randomBytes(12).toString('hex')}`;
-const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent');
 
 async function readJson<T>(file: string): Promise<T> {
   return JSON.parse(await readFile(file, 'utf8')) as T;
@@ -48,27 +50,12 @@ describe('model gateway in real jobs', () => {
     scripted.session('flaky', { turns, fault: { kind: 'rate-limit', times: 1, retryAfterSec: 0 } });
     scripted.session('limited', { turns, fault: { kind: 'rate-limit', retryAfterSec: 0 } });
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    const task = path.join(dir, 'tasks', 'hello-world');
-    await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(path.join(FIXTURES, 'verifier.sh')));
-    const script = await readFile(path.join(FIXTURES, 'agent.sh'), 'utf8');
-    const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
-    await writeFile(
-      path.join(task, 'task.toml'),
-      toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-    );
+    const script = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
     const agent = (name: string) =>
-      [
-        `  - name: ${name}`,
-        '    gateway: true',
-        '    execute: |',
-        ...script
-          .trimEnd()
-          .split('\n')
-          .map((line) => `      ${line}`),
-        '    env:',
-        '      OPENAI_API_KEY: ${ROLLOUT_TEST_KEY}',
-        `      OPENAI_BASE_URL: ${scripted.url}/s/${name}/v1`,
-      ].join('\n');
+      gatewayAgentYaml(name, script, {
+        OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',
+        OPENAI_BASE_URL: `${scripted.url}/s/${name}/v1`,
+      });
     await writeFile(
       path.join(dir, 'job.yaml'),
       [
@@ -83,7 +70,7 @@ describe('model gateway in real jobs', () => {
         '',
       ].join('\n')
     );
-    run = await runCli(['job.yaml'], { cwd: dir, env: { ROLLOUT_TEST_KEY: KEY } });
+    run = await runCli(['job.yaml'], { cwd: dir, env: { ROLLOUT_TEST_KEY: KEY, ROLLOUT_GATEWAY_MAX_WAIT_SEC: '2' } });
   });
   after(async () => {
     await connection.close();
@@ -106,9 +93,14 @@ describe('model gateway in real jobs', () => {
         ['openai-chat', 200, scriptedUsage(1)],
       ]
     );
+    // The preflight's model list first, then the agent's two calls: the real key on each.
     assert.deepEqual(
-      scripted.calls('ok').map((c) => c.credential),
-      [KEY, KEY]
+      scripted.calls('ok').map((c) => [c.method, c.path.replace(/\?.*/, ''), c.credential]),
+      [
+        ['GET', '/v1/models', KEY],
+        ['POST', '/v1/chat/completions', KEY],
+        ['POST', '/v1/chat/completions', KEY],
+      ]
     );
     const expected = [scriptedUsage(0), scriptedUsage(1)];
     assert.equal(result.usage?.n_llm_calls, 2);
@@ -129,19 +121,31 @@ describe('model gateway in real jobs', () => {
     );
   });
 
-  it('a 429 ends in ApiRateLimitError; retry runs the trial again (recovering, or not)', async () => {
+  it('a 429 is absorbed at the gateway; past max_wait it ends in ApiRateLimitError, not scored, retried per `retry`', async () => {
     const flaky = await readJson<TrialResult>(path.join(trial('flaky'), 'result.json'));
     assert.deepEqual(flaky.rewards, { reward: 1 });
     assert.equal(flaky.error, null);
-    assert.equal(flaky.retries, 1);
-    // The retried run's call (the 429) counts too: it was made.
-    assert.equal(flaky.usage?.n_llm_calls, 3);
-    const earlier = await readFile(path.join(trial('flaky'), 'earlier-runs', '1', 'llm-calls.jsonl'), 'utf8');
-    assert.equal((JSON.parse(earlier.trim()) as LlmCallRecord).status, 429);
+    assert.equal(flaky.retries, 0);
+    assert.equal(flaky.usage?.n_llm_calls, 2);
+    const [first] = (await readFile(path.join(trial('flaky'), 'agent', 'llm-calls.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as LlmCallRecord);
+    assert.deepEqual(
+      first!.attempts!.map((a) => a.status),
+      [429, 200]
+    );
     const limited = await readJson<TrialResult>(path.join(trial('limited'), 'result.json'));
     assert.equal(limited.error?.type, 'ApiRateLimitError');
     assert.equal(limited.retries, 1);
-    assert.equal(scripted.calls('limited').filter((c) => c.status === 429).length, 2);
+    const earlier = await readFile(path.join(trial('limited'), 'earlier-runs', '1', 'llm-calls.jsonl'), 'utf8');
+    const record = JSON.parse(earlier.trim()) as LlmCallRecord;
+    assert.equal(record.status, 429);
+    assert.ok(record.attempts!.length > 1, 'the gateway retried before giving up');
+    const job = await readJson<JobResult>(path.join(dir, 'jobs', jobName, 'result.json'));
+    const evalOf = (agent: string) => Object.values(job.evals).find((e) => e.agent === agent);
+    assert.equal(evalOf('limited')?.n_scored_trials, 0);
+    assert.equal(evalOf('ok')?.n_scored_trials, 1);
   });
 
   it('sums usage per agent in the job result and the CLI table', async () => {

@@ -44,14 +44,15 @@ describe('CI gate on a finished job folder', () => {
       run.stdout,
       /agent\s+dataset\s+reward\s+n\s+trials\s+errors\s+mean\s+ci95\s+max\s+pass@1\s+pass@2\s+pass@3/
     );
-    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks: t(2) is wide.
+    // solver: 7 of 9 pass; pass@1 = (1 + 1 + 1/3)/3, pass@2 = (1 + 1 + 2/3)/3, pass@3 = 1. Three tasks of 0/1
+    // rewards: a Wilson interval on the effective trials of three tasks (docs/results.md), inside [0, 1].
     assert.match(
       run.stdout,
-      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[-0\.178, 1\.734\]\s+1\s+0\.778\s+0\.889\s+1\n/
+      /solver\s+tasks\s+reward\s+9\s+9\s+0\s+0\.778\s+\[0\.173, 0\.983\]\s+1\s+0\.778\s+0\.889\s+1\n/
     );
     assert.match(
       run.stdout,
-      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[-0\.367, 0\.589\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
+      /guesser\s+tasks\s+reward\s+9\s+9\s+1\s+0\.111\s+\[0\.007, 0\.680\]\s+1\s+0\.111\s+0\.222\s+0\.333\n/
     );
   });
 

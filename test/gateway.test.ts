@@ -1,7 +1,8 @@
 /**
  * The model gateway against the scripted model server (the stand-in for vendor APIs): the four dialects JSON and
  * SSE, per-trial tokens, the real key only upstream, records with normalised usage, SSE passed through unbuffered,
- * failures typed, and a real container reaching the gateway on the Docker bridge.
+ * failures typed, and a real container reaching the gateway on the Docker bridge. Retries at the gateway:
+ * gateway.faults.test.ts.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -64,7 +65,7 @@ describe('model gateway', () => {
   const opened: TrialSession[] = [];
 
   before(async () => {
-    gateway = new ModelGateway();
+    gateway = new ModelGateway({ maxWaitMs: 2_000 });
     scripted = await startScriptedModelServer();
     agentDir = await mkdtemp(path.join(tmpdir(), 'rollout-gateway-'));
   });
@@ -227,14 +228,18 @@ describe('model gateway', () => {
     assert.equal(a.upstream.calls.length, 1);
   });
 
-  it('failures: a 429 is typed and cleared by a later success; a stream cut reaches the agent as a broken stream', async () => {
-    const { session, access } = await open('faults', { ...SCENARIO, fault: { kind: 'rate-limit', times: 1 } });
+  it('failures: a 429 past max_wait is typed and cleared by a later success; a stream cut reaches the agent as a broken stream', async () => {
+    // retry-after 5 s is beyond this gateway's max_wait (2 s): the 429 is passed on at once.
+    const { session, access } = await open('faults', {
+      ...SCENARIO,
+      fault: { kind: 'rate-limit', times: 1, retryAfterSec: 5 },
+    });
     const url = `${access.baseUrls.openai}/chat/completions`;
     const auth = { authorization: `Bearer ${access.token}` };
     const body = { model: 'm', messages: [{ role: 'user', content: 'go' }] };
     const limited = await post(url, body, auth);
     assert.equal(limited.status, 429);
-    assert.equal(limited.headers.get('retry-after'), '1');
+    assert.equal(limited.headers.get('retry-after'), '5');
     assert.equal(session.failure()?.type, 'ApiRateLimitError');
     assert.equal((await post(url, body, auth)).status, 200);
     assert.equal(session.failure(), null);
@@ -251,6 +256,7 @@ describe('model gateway', () => {
     assert.equal(record!.error?.type, 'ApiOverloadedError');
     assert.equal(cut.session.failure()?.type, 'ApiOverloadedError');
 
+    // Overloaded past max_wait (2 s): retried with backoff, then the 529 is passed on.
     const overloaded = await open('overloaded', { ...SCENARIO, fault: { kind: 'overloaded' } });
     await post(
       `${overloaded.access.baseUrls.anthropic}/v1/messages`,

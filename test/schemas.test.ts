@@ -292,6 +292,7 @@ describe('job.yaml', () => {
         'AgentAuthenticationError',
         'ContextWindowExceededError',
         'ApiOverloadedError',
+        'ApiUnreachableError',
       ],
       max_retries: 2,
       min_wait_sec: 1,

@@ -169,6 +169,22 @@ describe('rollout serve: remote rollouts', () => {
     assert.equal(malformed.status, 400);
     assert.match(((await malformed.json()) as { error: string }).error, /^body\.completion_params\.model: /);
     assert.equal((await statusOf('r-unknown')).http, 404);
+    // Every missing field at once, not the first only.
+    const empty = await api('/init', { body: { completion_params: {}, metadata: {} } });
+    assert.equal(empty.status, 400);
+    assert.deepEqual(((await empty.json()) as { error: string }).error.split('; '), [
+      'body.completion_params.model: required (the model the agent uses)',
+      'body.metadata.rollout_id: required (the idempotency key)',
+      'body.metadata.row_id: required (it names the task)',
+    ]);
+    // The ids Rollout does not need (invocation, experiment, run) may be left out.
+    const minimal = { completion_params: { model: 'm' }, metadata: { rollout_id: 'r-minimal', row_id: 'trivial' } };
+    assert.equal((await api('/init', { body: minimal })).status, 200);
+    await waitFor(
+      'the minimal rollout to finish',
+      async () => (await statusOf('r-minimal')).body?.terminated === true,
+      120_000
+    );
   });
 
   it("runs a rollout end to end with Eval Protocol's client; a duplicate /init starts no second trial", async () => {

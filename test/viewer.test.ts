@@ -1,7 +1,8 @@
 /**
  * `rollout view` in a real browser (Debian's chromium through puppeteer-core): jobs, job, comparison and trial
  * pages render from job folders written by hand; a known trial's reward and error appear; filters, matrix links
- * and pagination work; a 10,000-trial job is paginated; the --bundle static site works from file://. Screenshots
+ * and pagination work; the SVG charts of every page draw the expected marks; a 10,000-trial job is paginated and its
+ * charts stay bounded; the --bundle static site works from file:// and holds the charts. Screenshots
  * go to test-artifacts/viewer/.
  */
 import assert from 'node:assert/strict';
@@ -159,6 +160,23 @@ const texts = (selector: string) =>
     elements.map((e) => (e as unknown as { innerText: string }).innerText.replace(/\s+/g, ' ').trim())
   );
 
+/** Text of SVG elements (which have no innerText). */
+const svgTexts = (selector: string) => page.$$eval(selector, (elements) => elements.map((e) => e.textContent ?? ''));
+const count = (selector: string) => page.$$eval(selector, (elements) => elements.length);
+const attribute = (selector: string, name: string) => page.$eval(selector, (e, n) => e.getAttribute(n), name);
+
+/** The chart is drawn (a visible SVG of some size) and says what it is (title and description). */
+async function assertChart(id: string): Promise<void> {
+  const box = await page.$eval(`#${id} svg`, (svg) => {
+    const rect = svg.getBoundingClientRect();
+    return { width: rect.width, height: rect.height, role: svg.getAttribute('role') };
+  });
+  assert.ok(box.width > 100 && box.height > 50, `${id}: ${JSON.stringify(box)}`);
+  assert.equal(box.role, 'img');
+  assert.ok((await svgTexts(`#${id} svg > title`))[0], `${id} has a title`);
+  assert.ok((await svgTexts(`#${id} svg > desc`))[0], `${id} has a description`);
+}
+
 describe('rollout view in a browser', () => {
   before(async () => {
     await mkdir(SHOTS, { recursive: true });
@@ -184,6 +202,14 @@ describe('rollout view in a browser', () => {
     assert.ok(demo, rows.join('\n'));
     assert.match(demo, /completed 25\/25 23 1 1 0 AgentTimeoutError ×1 InfrastructureError ×1/);
     assert.match(demo, /guesser|solver/);
+    // Mean reward per job and agent: solver in both jobs, guesser in demo.
+    await assertChart('chart-history');
+    assert.equal(await count('#chart-history g.point[data-agent=solver]'), 2);
+    assert.equal(await count('#chart-history g.point[data-agent=guesser]'), 1);
+    assert.match(
+      (await svgTexts('#chart-history g.point[data-job=baseline] title'))[0] ?? '',
+      /baseline · solver: mean 0\.750/
+    );
   });
 
   it('shows a job: n, mean, interval and pass@k per key, errors apart, usage, and the task × agent matrix', async () => {
@@ -192,7 +218,7 @@ describe('rollout view in a browser', () => {
     assert.match(header, /n trials errors mean 95% CI max pass@1 pass@2 pass@3/);
     const metrics = await texts('#metrics tbody tr');
     assert.ok(
-      metrics.some((row) => /^solver tasks reward 12 12 0 0\.833 \[0\.303, 1\.364\]/.test(row)),
+      metrics.some((row) => /^solver tasks reward 12 12 0 0\.833 \[0\.321, 0\.981\]/.test(row)),
       metrics.join('\n')
     );
     // guesser: 12 scored (the infrastructure error is not), pass@3 over 4 tasks.
@@ -205,6 +231,21 @@ describe('rollout view in a browser', () => {
     assert.match((await texts('#usage tbody tr'))[0] ?? '', /solver scripted-model 12 12 9744 6144 480 0\.0252/);
     const matrix = await texts('#matrix tbody tr');
     assert.deepEqual(matrix[1], 'beta 0!1 3/3 1 3/3');
+  });
+
+  it('draws the job: rewards per agent, pass@k against k, progress over time, tokens and cost', async () => {
+    for (const id of ['chart-rewards', 'chart-pass-at-k', 'chart-progress', 'chart-tokens', 'chart-cost'])
+      await assertChart(id);
+    // 0/1 rewards: two bins per agent; solver scored 10 of its 12 trials 1.
+    assert.equal(await count('#chart-rewards rect.bar'), 4);
+    assert.equal(await attribute('#chart-rewards rect[data-agent=solver][data-bin="1"]', 'data-count'), '10');
+    assert.equal(await attribute('#chart-rewards rect[data-agent=guesser][data-bin="0"]', 'data-count'), '9');
+    assert.equal(await count('#chart-pass-at-k circle.point'), 6, 'k = 1, 2, 3 for two agents');
+    assert.match((await svgTexts('#chart-pass-at-k circle.point title')).join('|'), /solver: pass@3 = 1\|/);
+    assert.equal(await attribute('#chart-progress path[data-series=finished]', 'data-final'), '25');
+    assert.equal(await attribute('#chart-progress path[data-series=errors]', 'data-final'), '2');
+    assert.equal(await attribute('#chart-tokens rect[data-kind=input]', 'data-value'), '9744');
+    assert.equal(await count('#chart-cost rect.bar'), 1, 'only solver used the gateway');
   });
 
   it('filters trials by error type, agent and reward, and links matrix cells to their trials', async () => {
@@ -257,8 +298,15 @@ describe('rollout view in a browser', () => {
     assert.match(rows[0]!, /^beta 0 1 \+1$/);
     assert.match(
       (await texts('#compare-summary'))[0] ?? '',
-      /4 tasks both ran · B better on 3, A better on 0, equal on 1/
+      /4 tasks both ran · B better on 3, A better on 0, equal on 1.*no interval: fewer than 10 tasks both ran/
     );
+    await assertChart('chart-differences');
+    assert.deepEqual(
+      await page.$$eval('#chart-differences rect.bar', (bars) => bars.map((bar) => bar.getAttribute('data-diff'))),
+      ['1', '1', '0.333', '0'],
+      'one bar per task both ran, sorted'
+    );
+    assert.equal(await count('#chart-differences rect.ci'), 0, 'no interval band with four tasks');
     // Across jobs, through the form's redirect.
     await visit(
       `${server.url}compare?a=${encodeURIComponent('baseline/solver')}&b=${encodeURIComponent('demo/solver')}`
@@ -277,6 +325,15 @@ describe('rollout view in a browser', () => {
 
     await visit(`${server.url}jobs/demo/trials/alpha__solver__1`, 'trial');
     assert.equal((await texts('#rewards'))[0], 'reward 1');
+    // The lifecycle and the model call on one time axis, and the call's tokens.
+    await assertChart('chart-timeline');
+    await assertChart('chart-call-tokens');
+    assert.equal(await count('#chart-timeline rect.step'), 8);
+    assert.match(
+      (await svgTexts('#chart-timeline rect.call title'))[0] ?? '',
+      /call 1 \(scripted-model\): 930 ms, 812 in, 40 out/
+    );
+    assert.equal(await count('#chart-call-tokens rect.tokens'), 2, 'input and output of one call');
     assert.match((await texts('#usage'))[0] ?? '', /1 LLM calls · 812 input tokens \(512 cached\) · 40 output tokens/);
     const body = (await texts('main'))[0] ?? '';
     assert.match(body, /solver 1\.2\.0 scripted-model/);
@@ -328,6 +385,15 @@ describe('rollout view in a browser', () => {
     assert.equal((await texts('#trial-table tbody tr')).length, 25, 'a bundle lists every trial');
     await Promise.all([page.waitForNavigation(), page.click('#compare a')]);
     assert.match((await texts('#compare-table tbody tr'))[0] ?? '', /^beta 0 1 \+1$/);
+    await assertChart('chart-differences');
+    for (const [file, ids] of [
+      ['index.html', ['chart-history']],
+      ['jobs/demo/index.html', ['chart-rewards', 'chart-pass-at-k', 'chart-progress', 'chart-tokens', 'chart-cost']],
+      ['jobs/demo/trials/alpha__solver__1/index.html', ['chart-timeline', 'chart-call-tokens']],
+    ] as const) {
+      const html = await readFile(path.join(out, file), 'utf8');
+      for (const id of ids) assert.match(html, new RegExp(`<figure class="chart" id="${id}"><svg`), `${file}: ${id}`);
+    }
     await visit(`file://${out}/jobs/demo/trials/beta__guesser__2/index.html`, 'bundle-trial');
     assert.match((await texts('#error'))[0] ?? '', /^AgentTimeoutError in execute/);
     const log = await readFile(
@@ -374,5 +440,18 @@ describe('rollout view on a job of 10,000 trials', () => {
     await Promise.all([page.waitForNavigation(), page.click('#trial-pager a:last-child')]);
     assert.match(page.url(), /page=38/);
     assert.match((await texts('#metrics tbody tr'))[0] ?? '', /^a tasks reward 5000 5000 0 0\.333 /);
+  });
+
+  it('draws bounded pictures of 10,000 trials: binned, sampled, and 2,500 tasks in 300 columns', async () => {
+    await visit(`${server.url}jobs/big`);
+    for (const id of ['chart-rewards', 'chart-pass-at-k', 'chart-progress']) await assertChart(id);
+    const marks = await count('#job-charts svg *');
+    assert.ok(marks < 400, `${marks} SVG elements for 10,000 trials`);
+    assert.equal(await attribute('#chart-progress path[data-series=finished]', 'data-final'), '10000');
+    await visit(`${server.url}compare/big/a/big/b`, 'compare-10k');
+    await assertChart('chart-differences');
+    assert.equal(await count('#chart-differences rect.bar'), 300);
+    assert.equal(await count('#chart-differences rect.ci'), 1, '2,500 tasks: an interval');
+    assert.match((await texts('#compare-summary'))[0] ?? '', /2500 tasks both ran.*95% CI/);
   });
 });

@@ -10,6 +10,7 @@ import type { Environment } from '../src/environments/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
 import { ModelGateway } from '../src/gateway/gateway';
+import { maxWaitMsFromEnv } from '../src/gateway/retry-wait';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import { leaseWorkerId } from './host-lease';
@@ -63,7 +64,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     hostId: workerId,
     slots,
     caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
-    gateway: new ModelGateway(),
+    gateway: new ModelGateway({ maxWaitMs: maxWaitMsFromEnv() }),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {

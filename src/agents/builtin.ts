@@ -76,9 +76,6 @@ export function agentPrefix(name: string, version: string): string {
   return `${AGENTS_ROOT}/agents/${name}-${version}`;
 }
 
-// Lives in src/shell.ts; the environments still import it from here until they move into their provider folders.
-export { shellQuote } from '../shell';
-
 /** litellm model strings name their provider; a bare name is taken as an OpenAI-compatible model. */
 export function litellmModel(model: string | undefined): string | undefined {
   if (model === undefined) return undefined;

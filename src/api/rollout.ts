@@ -16,7 +16,7 @@ import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
 import { parseJobConfig } from '../job/load';
 import { readPlanPage } from '../job/plan-file';
-import { boundedId, jobWorkflowId, planJob, sanitize, uniqueTrialName } from '../job/plan';
+import { boundedId, jobWorkflowId, planJob, sanitize, uniqueFolderName } from '../job/plan';
 import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
 import { ENVIRONMENT_TYPES } from '../job/schema';
 import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from './submit';
@@ -114,12 +114,14 @@ export class Rollout {
 
   /** Validates the config (same schema and errors as job.yaml), saves the job folder and starts the job. */
   async submitJob(config: JobConfig, options: SubmitOptions = {}): Promise<JobRun> {
-    const job = parseJobConfig(config, `job ${config.name}`, options.baseDir ?? process.cwd());
+    // A config from JavaScript may lack the name its type requires: that is an InputError, as the docs say.
+    const source = typeof config.name === 'string' ? `job ${config.name}` : 'submitJob config';
+    const job = parseJobConfig(config, source, options.baseDir ?? process.cwd());
     const plan = await planJob(job);
     if (plan.unsetEnvVars.length > 0 && this.workers) {
       throw new InputError(
         plan.unsetEnvVars.map((name) => ({
-          file: `job ${job.name}`,
+          file: source,
           field: 'agents[].env',
           message: `\${${name}} is not set in this environment`,
         }))
@@ -172,7 +174,7 @@ export class Rollout {
 
 /** A planned trial renamed `trialName`: its own folder and workflow id (the same name is the same trial). */
 export function namedTrial(spec: TrialSpec, trialName: string): TrialSpec {
-  const name = uniqueTrialName(trialName);
+  const name = uniqueFolderName(trialName);
   return { ...spec, trialName: name, trialId: boundedId(`${spec.jobName}/${name}`), attempt: 1 };
 }
 

@@ -31,6 +31,15 @@ export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<v
   const existing = await readJson<ResolvedJob>(configFile);
   // Concurrency, log level and where the job file lies may change between runs of the same job.
   const comparable = (config: ResolvedJob) => ({ ...config, n_concurrent_trials: 0, log_level: 'info', file: '' });
+  if (existing && existing.name !== job.name) {
+    // Folder names are derived from job names without collisions (uniqueFolderName); this guards the hash's odds.
+    throw new InputError([
+      {
+        file: configFile,
+        message: `${jobDir} holds job "${existing.name}", not "${job.name}": give the job another name`,
+      },
+    ]);
+  }
   if (
     existing &&
     !isDeepStrictEqual(comparable(existing), comparable(JSON.parse(JSON.stringify(job)) as ResolvedJob))

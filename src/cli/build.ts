@@ -15,6 +15,7 @@ import { TaskEnvironmentError } from '../environments/environment';
 import { InputError } from '../errors';
 import { loadJobDatasets } from '../job/datasets';
 import { loadJobFile } from '../job/load';
+import { jobDirOf } from '../job/plan';
 import { jobFiles, readJson } from '../results/files';
 import type { ResolvedJob } from '../job/load';
 import type { Task } from '../task/load';
@@ -112,7 +113,7 @@ async function tasksOf(target: string): Promise<{ tasks: Task[]; timeoutMultipli
   }
   const { datasets } = await loadJobDatasets(job, {
     requirement,
-    previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
+    previous: await readJson<ResolvedJob>(jobFiles.config(jobDirOf(job))),
   });
   return { tasks: datasets.flatMap((d) => d.tasks), timeoutMultiplier: job.timeout_multiplier };
 }

@@ -99,7 +99,7 @@ export function judge(
       const ok = value !== undefined && value >= threshold.min;
       passed &&= ok;
       lines.push(
-        `${ok ? 'pass' : 'FAIL'}  ${name} ${key} ${threshold.statistic} ${value === undefined ? 'n/a' : value.toFixed(4)} ` +
+        `${ok ? 'pass' : 'FAIL'}  ${name} ${key} ${threshold.statistic} ${value === undefined ? missing(threshold.statistic) : value.toFixed(4)} ` +
           `${ok ? '≥' : '<'} ${threshold.min}`
       );
     }
@@ -116,6 +116,11 @@ export function judge(
     lines.push(`${ok ? 'pass' : 'FAIL'}  errored trials ${errors} ${ok ? '≤' : '>'} ${gate.maxErrors}`);
   }
   return { passed, lines };
+}
+
+/** Why a statistic has no value: an interval needs enough tasks (docs/results.md), pass@k that many attempts. */
+function missing(statistic: string): string {
+  return statistic.startsWith('ci95') ? 'n/a (too few tasks for an honest interval)' : 'n/a';
 }
 
 function statisticOf(metrics: RewardMetrics, statistic: string): number | undefined {

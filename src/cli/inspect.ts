@@ -42,7 +42,8 @@ export async function queryProgress(client: Client, jobName: string): Promise<Jo
 /** Running trials of a job and the step each is in, read from the server (works with no worker up). */
 export async function runningTrialSteps(client: Client, jobName: string): Promise<RunningTrialStep[]> {
   const steps: RunningTrialStep[] = [];
-  const query = `RolloutJob = "${jobName}" AND WorkflowType = "trialWorkflow" AND ExecutionStatus = "Running"`;
+  // JSON string syntax is the visibility query's: a name with a quote or a backslash stays one literal.
+  const query = `RolloutJob = ${JSON.stringify(jobName)} AND WorkflowType = "trialWorkflow" AND ExecutionStatus = "Running"`;
   for await (const execution of client.workflow.list({ query })) {
     const description = await client.workflow.getHandle(execution.workflowId).describe();
     const pending = description.raw.pendingActivities?.[0];

@@ -77,11 +77,17 @@ export function buildProgram(): Command {
       .option('--no-worker', 'run no worker in this process: only submit and watch')
       .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
       .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-  ).action(async (job: string, opts: GateFlags & { worker: boolean; hostId: string; maxTrials?: number }) => {
-    const gate = parseGateOptions(opts);
-    // The runtime is installed with the job's log_level once the job file is read.
-    process.exitCode = await runJobFile(job, { ...opts, gate });
-  });
+      .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
+  ).action(
+    async (
+      job: string,
+      opts: GateFlags & { worker: boolean; hostId: string; maxTrials?: number; skipPreflight?: boolean }
+    ) => {
+      const gate = parseGateOptions(opts);
+      // The runtime is installed with the job's log_level once the job file is read.
+      process.exitCode = await runJobFile(job, { ...opts, gate });
+    }
+  );
 
   program
     .command('worker')
@@ -170,6 +176,7 @@ export function buildProgram(): Command {
       .option('--no-worker', 'run no worker in this process: only submit and watch')
       .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
       .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+      .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
   ).action(
     async (
       job: string,
@@ -179,6 +186,7 @@ export function buildProgram(): Command {
         worker: boolean;
         hostId: string;
         maxTrials?: number;
+        skipPreflight?: boolean;
       }
     ) => {
       const gate = parseGateOptions(opts);

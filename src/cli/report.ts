@@ -1,5 +1,6 @@
 import type { RegistryDataset } from '../registry/schema';
 import type { JobResult } from '../results/job-result';
+import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../results/statistics';
 import type { TrialUsage } from '../results/usage';
 
 /** The final summary: the metrics table, then trial and error counts. */
@@ -49,7 +50,8 @@ export function renderEvals(evals: JobResult['evals']): string {
       ]);
     }
   }
-  return renderTable([header, ...rows]);
+  const table = renderTable([header, ...rows]);
+  return lacksInterval(all) ? `${table}\n${TOO_FEW_TASKS_NOTE}` : table;
 }
 
 /** `rollout datasets list`: one row per dataset version. */

@@ -15,7 +15,8 @@ import { createEnvironment } from '../environments';
 import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
-import { jobWorkflowId, planJob } from '../job/plan';
+import { jobDirOf, jobWorkflowId, planJob } from '../job/plan';
+import { probeUpstreams, upstreamChecks } from '../job/preflight';
 import { startServices } from '../job/services';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
@@ -45,6 +46,8 @@ export interface RunOptions {
   maxTrials?: number;
   /** CI gate: thresholds, error bound and JUnit file, applied to the results once the job completed. */
   gate?: GateOptions;
+  /** Start without checking each gateway agent's upstream (key present, one cheap authenticated call). */
+  skipPreflight?: boolean;
 }
 
 const POLL_MS = 500;
@@ -59,7 +62,7 @@ export async function runJobFile(file: string, options: RunOptions): Promise<num
 
 /** `rollout resume <job>`: the job as saved in its folder's config.json, run again; finished trials are skipped. */
 export async function resumeJob(nameOrDir: string, jobsDir: string, options: RunOptions): Promise<number> {
-  const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : path.join(jobsDir, nameOrDir);
+  const dir = existsSync(jobFiles.config(nameOrDir)) ? nameOrDir : jobDirOf({ jobs_dir: jobsDir, name: nameOrDir });
   const file = jobFiles.config(dir);
   if (!existsSync(file)) {
     throw new InputError([
@@ -90,10 +93,13 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
       }))
     );
   }
+  const upstreams = options.worker && !options.skipPreflight ? upstreamChecks(job.agents, file) : [];
   await preflight;
   await saveJobFolder(plan);
   const services = await startServices(job.services, path.join(plan.jobDir, 'services'));
   try {
+    // After the job's services: one of them may be the model server.
+    await probeUpstreams(upstreams);
     return await watchJob(job, file, plan, options);
   } finally {
     await services.stop();

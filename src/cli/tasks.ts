@@ -12,6 +12,7 @@ import { environmentRequirement } from '../environments';
 import { formatProblem, InputError } from '../errors';
 import type { Problem } from '../errors';
 import { parseJobConfig } from '../job/load';
+import { jobDirOf } from '../job/plan';
 import { ORACLE_AGENT } from '../job/schema';
 import { readJobTrials } from '../results/job-folder';
 import { primaryReward } from '../results/job-stats';
@@ -76,7 +77,7 @@ export async function checkTasks(paths: string[], options: CheckOptions): Promis
       process.cwd()
     );
     await runJob(job, 'rollout tasks check', { worker: true, hostId: options.hostId, maxTrials: options.maxTrials });
-    const trials = await readJobTrials(path.join(job.jobs_dir, job.name));
+    const trials = await readJobTrials(jobDirOf(job));
     for (const dir of validDirs) {
       const ofTask = trials.filter((t) => t.result?.task_dir === dir);
       const byAgent = (agent: string) => ofTask.find((t) => t.agentName === agent)?.result ?? null;

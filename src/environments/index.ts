@@ -5,7 +5,7 @@ import type { Problem } from '../errors';
 import type { EnvironmentType, JobConfig } from '../job/schema';
 import type { EnvironmentRequirement } from '../task/load';
 import { DockerEnvironment } from './docker';
-import { taskComposeFile } from './docker-compose';
+import { taskComposeFile } from './docker/compose';
 import type { Environment, EnvironmentOwner } from './environment';
 import { KubernetesEnvironment } from './kubernetes';
 import { LocalEnvironment } from './local';

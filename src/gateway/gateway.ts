@@ -6,35 +6,30 @@
  *
  * Tokens are valid only between openTrial and TrialSession.close (the execute step): a token copied out of a
  * container is useless after its trial, and a wrong token never reaches upstream.
+ *
+ * Rate limits and overload are absorbed here (forward.ts): a 429, 503 or 529 is retried within `max_wait` per call,
+ * and each upstream gets an adaptive concurrency limit (adaptive-limit.ts), so a burst settles instead of cascading.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { appendFile, mkdir } from 'node:fs/promises';
 import http from 'node:http';
-import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 
-import type { Dialect, Usage, Vendor } from './dialect';
+import type { AdaptiveLimitOptions } from './adaptive-limit';
+import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from './adaptive-limit';
+import type { Usage, Vendor } from './dialect';
 import { dialectOf } from './dialects';
 import type { ApiErrorType } from './errors';
-import { classifyFailure } from './errors';
+import { forward } from './forward';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from './records';
-import { SseParser } from './sse';
+import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
+import { UpstreamAgents } from './upstream-agents';
 import type { GatewayAccess, Upstreams } from './upstreams';
+import { HOP_BY_HOP, credentialOf, parseJson, readBody, reply } from './wire';
 
-const MAX_RECORDED_BYTES = 32 * 2 ** 20;
 const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
-const HOP_BY_HOP = new Set([
-  'host',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'transfer-encoding',
-  'upgrade',
-  'te',
-  'trailer',
-]);
 
 export interface ApiFailure {
   type: ApiErrorType;
@@ -97,8 +92,11 @@ export class TrialSession {
 
   record(call: LlmCallRecord): void {
     if (call.kind === 'generate') {
+      // A failure of the API sets the trial's last failure, a success clears it; other errors (a 404, the agent
+      // hanging up) leave it as it was.
       const type = call.error?.type;
-      this.lastFailure = type ? { type, status: call.status, message: call.error!.message } : null;
+      if (type) this.lastFailure = { type, status: call.status, message: call.error!.message };
+      else if (!call.error) this.lastFailure = null;
       this.totals.calls += 1;
       if (call.usage) {
         this.totals.input_tokens += call.usage.input_tokens;
@@ -117,11 +115,23 @@ export class TrialSession {
   }
 }
 
+export interface ModelGatewayOptions {
+  /** How long one call may wait at the gateway in all (slots, retry waits) before its failure is passed on. */
+  maxWaitMs?: number;
+  /** The adaptive concurrency limit each upstream (origin) starts with, and its bounds. */
+  adaptiveLimit?: AdaptiveLimitOptions;
+}
+
 export class ModelGateway {
   private readonly servers = new Map<string, Promise<{ server: http.Server; url: string }>>();
   private readonly byTrial = new Map<string, TrialSession>();
-  private readonly httpAgent = new http.Agent({ keepAlive: true });
-  private readonly httpsAgent = new https.Agent({ keepAlive: true });
+  private readonly agents = new UpstreamAgents();
+  private readonly limits = new Map<string, AdaptiveLimit>();
+  private readonly maxWaitMs: number;
+
+  constructor(private readonly options: ModelGatewayOptions = {}) {
+    this.maxWaitMs = options.maxWaitMs ?? DEFAULT_MAX_WAIT_MS;
+  }
 
   /** A listener on `host` (started on first use): loopback for the worker, the bridge address for containers. */
   urlFor(host: string): Promise<string> {
@@ -147,11 +157,20 @@ export class ModelGateway {
     if (this.byTrial.get(session.pathId) === session) this.byTrial.delete(session.pathId);
   }
 
+  /** The concurrency limit toward an upstream (by origin: one vendor endpoint, whatever the trial). */
+  limitOf(target: URL): AdaptiveLimit {
+    let limit = this.limits.get(target.origin);
+    if (!limit) {
+      limit = new AdaptiveLimit(this.options.adaptiveLimit ?? ADAPTIVE_LIMIT_DEFAULTS);
+      this.limits.set(target.origin, limit);
+    }
+    return limit;
+  }
+
   async close(): Promise<void> {
     const servers = await Promise.all([...this.servers.values()].map((p) => p.catch(() => null)));
     this.servers.clear();
-    this.httpAgent.destroy();
-    this.httpsAgent.destroy();
+    this.agents.destroy();
     const closing = servers.flatMap((s) =>
       s
         ? [
@@ -213,158 +232,30 @@ export class ModelGateway {
     headers['content-length'] = String(requestBody.length);
 
     const started = Date.now();
-    const call: LlmCallRecord = {
-      seq: session.nextSeq(),
+    const seq = session.nextSeq();
+    const forwarded = await forward(
+      { req, res, target, headers, body: requestBody, dialect },
+      { agents: this.agents, limit: this.limitOf(target), maxWaitMs: this.maxWaitMs }
+    );
+    const { status, response } = forwarded;
+    session.record({
+      seq,
       started_at: new Date(started).toISOString(),
-      finished_at: '',
-      latency_ms: 0,
+      finished_at: new Date().toISOString(),
+      latency_ms: Date.now() - started,
       dialect: dialect?.name ?? null,
       kind: dialect?.match(rest) ?? 'other',
       method: req.method ?? 'GET',
       path: rest,
       model: dialect?.model(body ?? {}, rest) ?? null,
       stream: dialect ? dialect.stream(body ?? {}, rest, url.searchParams) : false,
-      status: 0,
+      status,
       request: body ?? (requestBody.length ? requestBody.toString('utf8') : null),
-      response: null,
-      usage: null,
-      error: null,
-    };
-    const finish = (status: number, response: unknown, failure: string | null) => {
-      call.finished_at = new Date().toISOString();
-      call.latency_ms = Date.now() - started;
-      call.status = status;
-      call.response = response;
-      call.usage = dialect && status < 400 && response !== null ? dialect.usage(response) : null;
-      if (failure !== null || status >= 400) {
-        const text = failure ?? (typeof response === 'string' ? response : JSON.stringify(response));
-        call.error = { type: classifyFailure(failure !== null ? 0 : status, text), message: text.slice(0, 2000) };
-      }
-      session.record(call);
-    };
-    await this.forward(req, res, target, headers, requestBody, dialect, finish);
-  }
-
-  private forward(
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
-    target: URL,
-    headers: http.OutgoingHttpHeaders,
-    body: Buffer,
-    dialect: Dialect | null,
-    finish: (status: number, response: unknown, failure: string | null) => void
-  ): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const secure = target.protocol === 'https:';
-      const upstreamReq = (secure ? https : http).request(target, {
-        method: req.method,
-        headers,
-        agent: secure ? this.httpsAgent : this.httpAgent,
-      });
-      let settled = false;
-      const settle = (status: number, response: unknown, failure: string | null) => {
-        if (settled) return;
-        settled = true;
-        finish(status, response, failure);
-        resolve();
-      };
-      // The agent went away: stop the upstream call too.
-      res.on('close', () => {
-        if (!res.writableFinished) {
-          upstreamReq.destroy();
-          settle(0, null, 'client closed the connection before the response ended');
-        }
-      });
-      upstreamReq.on('error', (err) => {
-        if (!res.headersSent) reply(res, 502, `upstream unreachable: ${err.message}`);
-        else res.destroy();
-        settle(0, null, `upstream: ${err.message}`);
-      });
-      upstreamReq.on('response', (upstreamRes) => {
-        const status = upstreamRes.statusCode ?? 502;
-        const responseHeaders = { ...upstreamRes.headers };
-        for (const key of HOP_BY_HOP) delete responseHeaders[key];
-        res.writeHead(status, responseHeaders);
-        res.flushHeaders();
-        const sse = /text\/event-stream/.test(upstreamRes.headers['content-type'] ?? '');
-        const parser = sse ? new SseParser() : null;
-        const chunks: Buffer[] = [];
-        let size = 0;
-        upstreamRes.on('data', (chunk: Buffer) => {
-          res.write(chunk);
-          if (parser) parser.push(chunk);
-          else if ((size += chunk.length) <= MAX_RECORDED_BYTES) chunks.push(chunk);
-        });
-        upstreamRes.on('end', () => {
-          res.end();
-          settle(status, responseOf(dialect, parser, Buffer.concat(chunks), size), null);
-        });
-        upstreamRes.on('aborted', () => {
-          // The upstream stream broke mid-way: the agent must see a broken stream too, not a clean end.
-          res.destroy();
-          const partial = parser && dialect ? dialect.assemble(parser.end()) : null;
-          settle(status, partial, 'upstream stream cut before its end');
-        });
-      });
-      upstreamReq.end(body);
+      response,
+      usage: dialect && status > 0 && status < 400 && response !== null ? dialect.usage(response) : null,
+      error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
+      attempts: forwarded.attempts,
+      waited_ms: forwarded.waitedMs,
     });
   }
-}
-
-function credentialOf(
-  req: http.IncomingMessage,
-  url: URL
-): { value: string; where: 'authorization' | 'x-api-key' | 'x-goog-api-key' | 'query' } | null {
-  const auth = req.headers.authorization;
-  if (auth) return { value: auth.replace(/^Bearer\s+/i, ''), where: 'authorization' };
-  for (const where of ['x-api-key', 'x-goog-api-key'] as const) {
-    const value = req.headers[where];
-    if (typeof value === 'string') return { value, where };
-  }
-  const key = url.searchParams.get('key');
-  return key ? { value: key, where: 'query' } : null;
-}
-
-/** An error in the shape the vendor's SDK expects, so the agent reports it sensibly. */
-function reply(res: http.ServerResponse, status: number, message: string, vendor?: Vendor): void {
-  const body =
-    vendor === 'anthropic'
-      ? { type: 'error', error: { type: status === 401 ? 'authentication_error' : 'api_error', message } }
-      : { error: { message, code: status } };
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
-
-async function readBody(req: http.IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of req as AsyncIterable<Buffer>) chunks.push(chunk);
-  return Buffer.concat(chunks);
-}
-
-function parseJson(body: Buffer): Record<string, unknown> | null {
-  try {
-    const value: unknown = JSON.parse(body.toString('utf8'));
-    return value !== null && typeof value === 'object' && !Array.isArray(value)
-      ? (value as Record<string, unknown>)
-      : null;
-  } catch {
-    return null;
-  }
-}
-
-/** The recorded response: rebuilt from SSE events or from a JSON array of chunks (Gemini without alt=sse). */
-function responseOf(dialect: Dialect | null, parser: SseParser | null, body: Buffer, size: number): unknown {
-  if (parser && dialect) return dialect.assemble(parser.end());
-  if (size > MAX_RECORDED_BYTES) return `[response of ${size} bytes not recorded]`;
-  const text = body.toString('utf8');
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return text;
-  }
-  if (dialect && Array.isArray(value))
-    return dialect.assemble(value.map((v) => ({ event: null, data: JSON.stringify(v) })));
-  return value;
 }

@@ -27,6 +27,22 @@ export interface LlmCallRecord {
   response: unknown;
   usage: Usage | null;
   error: { type: ApiErrorType | null; message: string } | null;
+  /** Each request the gateway made upstream for this call (more than one when it retried); absent in older records. */
+  attempts?: CallAttempt[];
+  /** Milliseconds the call waited at the gateway: for a slot toward the upstream and between attempts. */
+  waited_ms?: number;
+}
+
+/** One request upstream within a call. */
+export interface CallAttempt {
+  started_at: string;
+  latency_ms: number;
+  /** The upstream's status; 0 when no answer came (connection refused, DNS, TLS). */
+  status: number;
+  /** Why the attempt was not the answer (the upstream's error reply or the connection error); null for the answer. */
+  error: string | null;
+  /** The wait after this attempt before the next one. */
+  wait_ms: number;
 }
 
 /** Reads the records of a calls file one line at a time (constant memory); a missing file has none. */

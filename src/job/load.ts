@@ -44,7 +44,7 @@ export async function loadJobFile(file: string): Promise<ResolvedJob> {
   let job: ResolvedJob | undefined;
   const problems: Problem[] = [];
   try {
-    job = parseJobConfig(raw, absolute, base);
+    job = parseJobConfig(raw, absolute, base, { defaultName: path.basename(absolute).replace(/\.(ya?ml|json)$/, '') });
   } catch (err) {
     if (!(err instanceof InputError)) throw err;
     // Report the tasks' problems too, so one run lists everything to fix.
@@ -82,12 +82,23 @@ async function jobsDirProblems(file: string, jobsDir: string): Promise<Problem[]
 
 /**
  * A job config given as an object (the library API, `rollout serve`), validated by the same schema as job.yaml.
- * `source` names it in errors; relative dataset paths resolve against `baseDir`.
+ * `source` names it in errors; relative dataset paths resolve against `baseDir`. Without `defaultName` (a job file's
+ * name) the config must name the job.
  */
-export function parseJobConfig(raw: unknown, source: string, baseDir: string): ResolvedJob {
+export function parseJobConfig(
+  raw: unknown,
+  source: string,
+  baseDir: string,
+  options: { defaultName?: string } = {}
+): ResolvedJob {
   const parsed = JobConfigSchema.safeParse(raw);
-  if (!parsed.success) throw new InputError(zodProblems(source, parsed.error.issues));
-  return resolveJob(parsed.data, source, baseDir);
+  const problems = parsed.success ? [] : zodProblems(source, parsed.error.issues);
+  const named = (raw as { name?: unknown } | null)?.name !== undefined;
+  if (!named && options.defaultName === undefined)
+    problems.unshift({ file: source, field: 'name', message: 'required (it names the job and its folder)' });
+  const name = parsed.success ? (parsed.data.name ?? options.defaultName) : undefined;
+  if (!parsed.success || name === undefined) throw new InputError(problems);
+  return resolveJob(parsed.data, source, baseDir, name);
 }
 
 /**
@@ -122,10 +133,10 @@ function parseYaml(text: string): unknown {
  * Dataset paths are relative to the job file (so a job runs from any folder), falling back to the working folder
  * when only that one exists; jobs_dir is relative to the working folder, like Harbor's `jobs/`.
  */
-function resolveJob(job: JobConfig, file: string, base: string): ResolvedJob {
+function resolveJob(job: JobConfig, file: string, base: string, name: string): ResolvedJob {
   return {
     ...job,
-    name: job.name ?? path.basename(file).replace(/\.(ya?ml|json)$/, ''),
+    name,
     file,
     jobs_dir: path.resolve(job.jobs_dir),
     datasets: job.datasets.map((dataset) => {

@@ -15,6 +15,7 @@ import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
 import { KUBERNETES_KEYS } from './schema';
+import { DEFAULT_RETRY_POLICY } from '../trial/retry';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
 export interface PlannedTrial {
@@ -44,6 +45,11 @@ export function jobWorkflowId(jobName: string): string {
   return `rollout-job/${jobName}`;
 }
 
+/** A job's folder: `<jobs_dir>/<name>`, any name made a safe, collision-free folder name (uniqueFolderName). */
+export function jobDirOf(job: { jobs_dir: string; name: string }): string {
+  return path.join(job.jobs_dir, uniqueFolderName(job.name));
+}
+
 /**
  * Expands agents × tasks × attempts into trial specs, validating every task first. Trial order is
  * task → attempt → agent, so trials of one environment run close together and share a warm image.
@@ -52,11 +58,11 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
     // An earlier run of this job pinned its registry tasks: keep those commits.
-    previous: await readJson<ResolvedJob>(jobFiles.config(path.join(job.jobs_dir, job.name))),
+    previous: await readJson<ResolvedJob>(jobFiles.config(jobDirOf(job))),
   });
   const datasets = loaded.datasets;
 
-  const jobDir = path.join(job.jobs_dir, job.name);
+  const jobDir = jobDirOf(job);
   const workflowId = jobWorkflowId(job.name);
   const taskCounts = new Map<string, number>();
   for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
@@ -70,7 +76,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
       const prefix = (taskCounts.get(task.name) ?? 0) > 1 ? `${dataset.name}__` : '';
       for (let attempt = 1; attempt <= job.n_attempts; attempt++) {
         for (const agent of job.agents) {
-          const trialName = uniqueTrialName(`${prefix}${task.name}__${agent.name}__${attempt}`);
+          const trialName = uniqueFolderName(`${prefix}${task.name}__${agent.name}__${attempt}`);
           trials.push({
             jobName: job.name,
             jobDir,
@@ -106,16 +112,14 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             ...kubernetesSpec(job),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
-            ...(job.retry
+            retry: job.retry
               ? {
-                  retry: {
-                    errorTypes: job.retry.error_types,
-                    maxRetries: job.retry.max_retries,
-                    minWaitSec: job.retry.min_wait_sec,
-                    maxWaitSec: job.retry.max_wait_sec,
-                  },
+                  errorTypes: job.retry.error_types,
+                  maxRetries: job.retry.max_retries,
+                  minWaitSec: job.retry.min_wait_sec,
+                  maxWaitSec: job.retry.max_wait_sec,
                 }
-              : {}),
+              : DEFAULT_RETRY_POLICY,
           });
         }
       }
@@ -195,13 +199,14 @@ export function sanitize(name: string): string {
 }
 
 /**
- * A trial's folder name: its name with unsafe characters replaced, and then a hash of the original so that two names
- * differing only there (`t 2`, `t_2`) never share a folder. A name the replacement left alone is unique already (task
- * folder names within a dataset, datasets prefixed when they share a task name) and holds no `~`, unlike every
- * replaced one.
+ * A job's or a trial's folder name: its name with unsafe characters (and a leading ".") replaced, and then a hash of the original so
+ * that two names differing only there (`t 2`, `t_2`) never share a folder. A name the replacement left alone is
+ * unique already (job names are; task folder names within a dataset, datasets prefixed when they share a task name)
+ * and holds no `~`, unlike every replaced one.
  */
-export function uniqueTrialName(name: string): string {
-  const safe = sanitize(name);
+export function uniqueFolderName(name: string): string {
+  // A leading "." would make `.`, `..` (a folder above) or a hidden folder.
+  const safe = sanitize(name).replace(/^\./, '_');
   if (safe === name) return name;
   return `${safe}~${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }

@@ -5,6 +5,9 @@ import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
 import { parseBytes, parseCpus } from '../quantity';
 import { TASK_ERROR_TYPES } from '../trial/errors';
+import { KUBERNETES_KEYS, KubernetesSettingsSchema } from '../environments/kubernetes/settings';
+export type { KubernetesSettings } from '../environments/kubernetes/settings';
+export { KUBERNETES_KEYS } from '../environments/kubernetes/settings';
 
 /** Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway). */
 const RETRYABLE_ERROR_TYPES = TASK_ERROR_TYPES;
@@ -149,41 +152,6 @@ export const RegistryDatasetConfigSchema = z.strictObject({
 export const DatasetSchema = z.union([PathDatasetSchema, RegistryDatasetConfigSchema]);
 export type DatasetConfig = z.infer<typeof DatasetSchema>;
 
-/** A DNS-1123 name (namespaces, service accounts, secrets, runtime classes). */
-const kubernetesName = z
-  .string()
-  .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'lower-case letters, digits, "-" and "." (a Kubernetes name)')
-  .max(253);
-
-/** environment keys of `type: kubernetes` (the cluster itself comes from KUBECONFIG or the in-cluster config). */
-export const KubernetesSettingsSchema = z.strictObject({
-  namespace: kubernetesName,
-  /** A context of the kubeconfig; else its current one. */
-  context: z.string().min(1).optional(),
-  /** Where images built from a task's Dockerfile are pushed (e.g. registry.example.com/team); pods pull them there. */
-  image_registry: z
-    .string()
-    .regex(/^[^\s/:]+(:\d+)?(\/[a-z0-9._/-]+)?$/, 'a registry host (host[:port][/path]), without a scheme or a tag')
-    .optional(),
-  runtime_class: kubernetesName.optional(),
-  node_selector: z.record(z.string(), z.string()).optional(),
-  tolerations: z
-    .array(
-      z.strictObject({
-        key: z.string().optional(),
-        operator: z.enum(['Exists', 'Equal']).optional(),
-        value: z.string().optional(),
-        effect: z.enum(['NoSchedule', 'PreferNoSchedule', 'NoExecute']).optional(),
-        toleration_seconds: z.number().int().nonnegative().optional(),
-      })
-    )
-    .optional(),
-  service_account: kubernetesName.optional(),
-  /** An image pull secret in the namespace, for the registry. */
-  pull_secret: kubernetesName.optional(),
-});
-export type KubernetesSettings = z.infer<typeof KubernetesSettingsSchema>;
-export const KUBERNETES_KEYS = Object.keys(KubernetesSettingsSchema.shape) as (keyof KubernetesSettings)[];
 export type RegistryDatasetConfig = z.infer<typeof RegistryDatasetConfigSchema>;
 
 /**
@@ -206,10 +174,13 @@ export type ServiceConfig = z.infer<typeof ServiceSchema>;
 
 export const JobConfigSchema = z
   .strictObject({
+    /** Any name; its folder under jobs_dir is derived from it (uniqueFolderName in src/job/plan.ts). */
     name: z
       .string()
-      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, ".", "_" and "-" only (it names a folder)')
-      .max(100)
+      .regex(/\S/, 'must not be empty')
+      // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+      .regex(/^[^\x00-\x1f\x7f]*$/, 'no control characters (it is shown on one line)')
+      .max(200)
       .optional(),
     jobs_dir: z.string().min(1).default('jobs'),
     n_attempts: z.number().int().positive().default(1),

@@ -4,7 +4,7 @@
  */
 import type { MetricType } from '../job/schema';
 import type { TrialErrorType, TrialSummary } from '../trial/types';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
 import type { TaskTally } from './statistics';
 import type { TrialUsage } from './usage';
 import { addUsage, emptyUsage } from './usage';
@@ -23,7 +23,7 @@ export interface TaskStats {
   keys: Record<string, [number, number, number]>;
 }
 
-/** One agent × dataset. Scored trials are all but infrastructure errors and cancellations. */
+/** One agent × dataset. Scored trials are all but infrastructure and model API errors and cancellations. */
 export interface GroupStats {
   agent: string;
   dataset: string;
@@ -101,8 +101,8 @@ export function addTrial(stats: JobStats, trial: TrialSummary): JobStats {
   else if (errorType) stats.n_errored += 1;
   else stats.n_completed += 1;
 
-  // Infrastructure errors and cancellations say nothing about the agent: they stay out of the metrics.
-  if (errorType === CANCELLED_ERROR || errorType === INFRASTRUCTURE_ERROR) return stats;
+  // Infrastructure and model API errors and cancellations say nothing about the agent: out of the metrics.
+  if (!isScored(errorType)) return stats;
   group.n_scored += 1;
   // Groups carried over from a run of an older Rollout lack the per-task tallies: they start from here.
   const task = ((group.tasks ??= {})[trial.taskName] ??= { unrewarded: 0, keys: {} });
@@ -152,15 +152,17 @@ export function groupMetrics(group: GroupStats, metrics: readonly MetricType[]):
       const zeros = key === primary ? task.unrewarded : 0;
       return { n: n + zeros, sum, passes };
     });
-    const estimate = meanEstimate(tallies);
     const n = (acc?.n ?? 0) + unrewarded;
     const sum = acc?.sum ?? 0;
-    const values: RewardMetrics = { n, mean: n > 0 ? sum / n : 0, ci95: estimate.ci95 };
+    // The lowest and highest value counted: the trials without a reward count 0.
+    const min = unrewarded > 0 ? Math.min(acc?.min ?? 0, 0) : (acc?.min ?? 0);
+    const max = unrewarded > 0 ? Math.max(acc?.max ?? 0, 0) : (acc?.max ?? 0);
+    const values: RewardMetrics = { n, mean: n > 0 ? sum / n : 0, ci95: meanEstimate(tallies, { min, max }).ci95 };
     for (const metric of metrics) {
       if (metric === 'sum') values.sum = sum;
       else if (metric === 'mean') continue;
-      else if (metric === 'min') values.min = unrewarded > 0 ? Math.min(acc?.min ?? 0, 0) : (acc?.min ?? 0);
-      else values.max = unrewarded > 0 ? Math.max(acc?.max ?? 0, 0) : (acc?.max ?? 0);
+      else if (metric === 'min') values.min = min;
+      else values.max = max;
     }
     const passAtK = passAtKByK(tallies);
     if (passAtK) values.pass_at_k = passAtK;

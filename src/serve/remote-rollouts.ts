@@ -21,28 +21,43 @@ import type { TrialResult } from '../results/trial-result';
 import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
 
 const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });
 
-export const InitRequestSchema = z.looseObject({
-  completion_params: z.looseObject({ model: z.string().min(1) }),
-  messages: z.array(MessageSchema).optional(),
-  tools: z.array(z.unknown()).nullish(),
-  model_base_url: z.string().nullish(),
-  api_key: z.string().nullish(),
-  metadata: z.looseObject({
-    invocation_id: z.string(),
-    experiment_id: z.string(),
-    rollout_id: z.string().min(1),
-    run_id: z.string(),
-    row_id: z.string(),
-  }),
-});
-export type InitRequest = z.infer<typeof InitRequestSchema>;
+/** A string the request must hold: "required" when it is missing, rather than zod's type message. */
+const required = (what: string) =>
+  z
+    .string({ error: (issue) => (issue.input === undefined ? `required (${what})` : undefined) })
+    .min(1, `empty (${what})`);
+
+/**
+ * The /init body. Eval Protocol's client sends all five metadata ids; Rollout needs only `rollout_id` (the
+ * idempotency key) and, when it names the task, `row_id`; the others are kept as the rollout's trace tags.
+ */
+export function initRequestSchema(taskFrom: TaskFrom) {
+  return z.looseObject({
+    completion_params: z.looseObject({ model: required('the model the agent uses') }),
+    messages: z.array(MessageSchema).optional(),
+    tools: z.array(z.unknown()).nullish(),
+    model_base_url: z.string().nullish(),
+    api_key: z.string().nullish(),
+    metadata: z.looseObject(
+      {
+        invocation_id: z.string().optional(),
+        experiment_id: z.string().optional(),
+        rollout_id: required('the idempotency key'),
+        run_id: z.string().optional(),
+        row_id: taskFrom === 'row_id' ? required('it names the task') : z.string().optional(),
+      },
+      { error: (issue) => (issue.input === undefined ? 'required (rollout_id, row_id, …)' : undefined) }
+    ),
+  });
+}
+export type InitRequest = z.infer<ReturnType<typeof initRequestSchema>>;
+export type TaskFrom = 'row_id' | 'first_user_message';
 
 const METADATA_MEMO = 'eval_protocol_metadata';
-const NO_METADATA = { invocation_id: '', experiment_id: '', run_id: '', row_id: '' };
 
 /** Eval Protocol's status codes (AIP-193 plus its own). */
 export const STATUS = { FINISHED: 100, RUNNING: 101, INTERNAL: 13 } as const;
@@ -57,7 +72,8 @@ export const StatusResponseSchema = z.object({
 });
 export type StatusResponse = z.infer<typeof StatusResponseSchema>;
 
-export type RolloutMetadata = InitRequest['metadata'];
+/** The /init metadata as kept in the memo: only `rollout_id` is sure to be there. */
+export type RolloutMetadata = Pick<InitRequest['metadata'], 'rollout_id'> & Partial<InitRequest['metadata']>;
 
 /** A request that cannot start a rollout (an unknown task, a model URL that names no model): 400. */
 export class BadInitError extends Error {}
@@ -69,10 +85,15 @@ export class RemoteRollouts {
     private readonly tasks: Map<string, TrialSpec>,
     private readonly jobName: string,
     private readonly jobDir: string,
-    private readonly taskFrom: 'row_id' | 'first_user_message',
+    private readonly taskFrom: TaskFrom,
     /** Whether a URL is this server's own (a tracing URL on it stands for the model it encodes). */
     private readonly isThisServer: (url: URL) => boolean
   ) {}
+
+  /** What /init accepts under this server's `task_from`. */
+  get initSchema() {
+    return initRequestSchema(this.taskFrom);
+  }
 
   /** Starts the rollout's trial, or finds the one already started for this rollout_id. */
   async init(request: InitRequest): Promise<{ rolloutId: string; trialName: string }> {
@@ -152,9 +173,7 @@ export class RemoteRollouts {
   /** The /init request's metadata (invocation, experiment, run, row ids), kept in the workflow's memo. */
   async metadata(rolloutId: string): Promise<RolloutMetadata> {
     const description = await this.client.workflow.getHandle(this.workflowId(rolloutId)).describe();
-    return (
-      (description.memo?.[METADATA_MEMO] as RolloutMetadata | undefined) ?? { ...NO_METADATA, rollout_id: rolloutId }
-    );
+    return (description.memo?.[METADATA_MEMO] as RolloutMetadata | undefined) ?? { rollout_id: rolloutId };
   }
 
   private workflowId(rolloutId: string): string {
@@ -162,7 +181,7 @@ export class RemoteRollouts {
   }
 
   private taskName(request: InitRequest): string {
-    if (this.taskFrom === 'row_id') return request.metadata.row_id;
+    if (this.taskFrom === 'row_id') return request.metadata.row_id ?? '';
     const first = request.messages?.find((m) => m.role === 'user')?.content;
     return typeof first === 'string' ? first.trim() : '';
   }
@@ -179,10 +198,13 @@ export function trialNameOf(rolloutId: string): string {
   return `rollout__${name}`;
 }
 
-/** Task outcomes (a wrong answer, an agent timeout) are finished rollouts; only infrastructure failures are errors. */
+/**
+ * Task outcomes (a wrong answer, an agent timeout) are finished rollouts; infrastructure and model API failures
+ * (not scored) are errors.
+ */
 export function statusOf(rolloutId: string, summary: Pick<TrialSummary, 'rewards' | 'error'>): StatusResponse {
   const { rewards, error } = summary;
-  const failed = error?.type === INFRASTRUCTURE_ERROR || error?.type === CANCELLED_ERROR;
+  const failed = error !== null && !isScored(error.type);
   return {
     rollout_id: rolloutId,
     terminated: true,

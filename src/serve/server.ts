@@ -11,7 +11,8 @@ import { z } from 'zod';
 
 import { EVAL_PROTOCOL_PATHS, evalProtocolRoutes } from './eval-protocol';
 import type { Route } from './route';
-import { BadInitError, InitRequestSchema, StatusResponseSchema } from './remote-rollouts';
+import type { InitRequest } from './remote-rollouts';
+import { BadInitError, StatusResponseSchema } from './remote-rollouts';
 import type { RemoteRollouts } from './remote-rollouts';
 
 const ErrorSchema = z.object({ error: z.string() });
@@ -67,11 +68,11 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
       method: 'POST',
       path: '/init',
       summary: "Start one remote rollout (Eval Protocol's contract); idempotent on metadata.rollout_id",
-      body: InitRequestSchema,
+      body: deps.rollouts.initSchema,
       responses: { 200: z.object({ rollout_id: z.string(), trial: z.string() }), 400: ErrorSchema },
       handler: async ({ body }, reply) => {
         try {
-          const started = await deps.rollouts.init(body as z.infer<typeof InitRequestSchema>);
+          const started = await deps.rollouts.init(body as InitRequest);
           return { rollout_id: started.rolloutId, trial: started.trialName };
         } catch (err) {
           if (err instanceof BadInitError) return reply.code(400).send({ error: err.message });
@@ -108,9 +109,11 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
           if (!schema) continue;
           const parsed = schema.safeParse(input[part] ?? {});
           if (!parsed.success) {
-            const issue = parsed.error.issues[0]!;
-            const field = [part, ...issue.path.map(String)].join('.');
-            return reply.code(400).send({ error: `${field}: ${issue.message}` });
+            // Every problem at once, so a client fixes its request in one pass.
+            const problems = parsed.error.issues.map(
+              (issue) => `${[part, ...issue.path.map(String)].join('.')}: ${issue.message}`
+            );
+            return reply.code(400).send({ error: problems.join('; ') });
           }
           input[part] = parsed.data;
         }

@@ -5,8 +5,9 @@
 import { API_ERROR_TYPES } from '../gateway/errors';
 
 /**
- * Error types a trial can end with. Task-level ones are outcomes of the task or agent (never retried, scored 0 when
- * no reward); infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
+ * Error types a trial can end with. Task-level ones are outcomes of the task or agent (retried only per job.yaml
+ * `retry`, scored 0 when no reward), except the model API's own failures (UPSTREAM_ERROR_TYPES), which are not scored;
+ * infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
  */
 export const TASK_ERROR_TYPES = [
   'EnvironmentBuildError',

@@ -2,11 +2,12 @@
  * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
+import { UPSTREAM_ERROR_TYPES } from '../gateway/errors';
 import type { EnvironmentType, KubernetesSettings } from '../job/schema';
 import type { RegistryTaskSource } from '../registry/schema';
 import type { TrialUsage } from '../results/usage';
 import type { TrialErrorType } from './errors';
-import { CANCELLED_ERROR } from './errors';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from './errors';
 
 /** A multi-step task's `min_reward`: one number for the primary reward, or a minimum per reward key. */
 export type MinReward = number | Record<string, number>;
@@ -184,6 +185,16 @@ export interface AgentInfo {
 export interface ExecuteOutcome {
   exitCode: number | null;
   timedOut: boolean;
+}
+
+/**
+ * Whether a trial's end says anything about the agent: infrastructure errors, cancellations and failures of the
+ * model's API (unreachable, overloaded, rate-limited after all waiting, a rejected key) stay out of the metrics.
+ */
+export function isScored(errorType: string | null | undefined): boolean {
+  if (!errorType) return true;
+  if (errorType === INFRASTRUCTURE_ERROR || errorType === CANCELLED_ERROR) return false;
+  return !(UPSTREAM_ERROR_TYPES as readonly string[]).includes(errorType);
 }
 
 export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {

@@ -38,12 +38,21 @@ table.facts th { width: 140px; color: var(--muted); font-weight: normal; }
 pre { white-space: pre-wrap; word-break: break-word; background: var(--soft); border: 1px solid var(--line); padding: 8px; margin: 4px 0; max-height: 480px; overflow: auto; font-size: 12px; }
 pre.message { background: #fff; } pre.observation { background: #f0fdf4; }
 details.file { margin: 6px 0; } details.file summary { cursor: pointer; }
-table.timeline td.track { width: 600px; position: relative; } table.timeline th { width: 90px; }
-.bar { position: absolute; top: 6px; height: 12px; background: #60a5fa; border-radius: 3px; } .bar.failed { background: #ef4444; }
+table.timeline th { width: 90px; }
 ol.steps { padding-left: 0; list-style: none; } li.step { border-left: 3px solid var(--line); padding: 4px 10px; margin: 8px 0; }
 li.step.agent { border-color: #60a5fa; } li.step.user { border-color: #a78bfa; } li.step.system { border-color: #9ca3af; }
 .tool-call code { display: block; background: #eef2ff; padding: 4px 8px; white-space: pre-wrap; word-break: break-word; font-size: 12px; }
 .tokens { float: right; color: var(--muted); font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px 24px; align-items: flex-start; margin: 8px 0 4px; }
+.charts.stacked { flex-direction: column; gap: 0; } .chart-pair { display: flex; flex-wrap: wrap; gap: 12px 24px; }
+figure.chart { margin: 0; } figure.chart svg { display: block; max-width: 100%; height: auto; font: 11px system-ui, sans-serif; }
+figure.chart .grid line { stroke: var(--line); } figure.chart .axis line { stroke: #9ca3af; }
+figure.chart .axis text { fill: var(--muted); } figure.chart .axis text.label { fill: var(--fg); font-size: 12px; }
+figure.chart path.line { fill: none; stroke-width: 2; } figure.chart line.whisker { stroke-width: 1.5; }
+figure.chart rect.ci { fill: #9ca3af; opacity: 0.25; } figure.chart line.zero { stroke: #6b7280; }
+figure.chart line.mean { stroke: #374151; stroke-width: 1.5; stroke-dasharray: 4 3; }
+figure.chart.empty { padding: 8px 0; } .legend { font-size: 12px; color: var(--muted); margin: 2px 0 0 56px; }
+.legend .key { margin-right: 12px; white-space: nowrap; } .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px; vertical-align: -1px; }
 `;
 
 export const VIEWER_JS = `

@@ -13,7 +13,7 @@ import type { JobResult } from '../results/job-result';
 import type { RewardMetrics } from '../results/job-stats';
 import { addTrial, emptyStats, groupMetrics, primaryReward } from '../results/job-stats';
 import type { MetricType } from '../job/schema';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from '../trial/types';
+import { CANCELLED_ERROR, isScored } from '../trial/types';
 
 /** The parts of config.json the viewer shows. */
 export interface JobConfig {
@@ -102,11 +102,11 @@ function toRow(trial: JobTrial): TrialRow {
       ? 'pending'
       : errorType === null
         ? 'completed'
-        : errorType === INFRASTRUCTURE_ERROR
-          ? 'infrastructure'
-          : errorType === CANCELLED_ERROR
-            ? 'cancelled'
-            : 'errored',
+        : errorType === CANCELLED_ERROR
+          ? 'cancelled'
+          : isScored(errorType)
+            ? 'errored'
+            : 'infrastructure',
     reward: result ? primaryReward(result.rewards) : null,
     errorType,
     seconds: seconds !== null && Number.isFinite(seconds) ? seconds : null,
@@ -160,8 +160,9 @@ export function evalsOf(rows: readonly TrialRow[], metrics: readonly MetricType[
 export type ErrorLevel = 'task' | 'infrastructure' | 'cancelled';
 
 export function errorLevel(type: string): ErrorLevel {
-  if (type === INFRASTRUCTURE_ERROR) return 'infrastructure';
   if (type === CANCELLED_ERROR) return 'cancelled';
+  // The model API's failures are outside the agent's control, as Rollout's own are.
+  if (!isScored(type)) return 'infrastructure';
   // Every other type is the task's or the agent's (TASK_ERROR_TYPES, and any a newer Rollout adds).
   return 'task';
 }

@@ -19,8 +19,12 @@ import {
   usageByAgent,
 } from './data';
 import type { LinkContext } from './html';
-import type { ShownFile } from './pages';
-import { comparePage, jobPage, jobsPage, notFoundPage, trialPage } from './pages';
+import type { ShownFile } from './pages/trial';
+import { comparePage } from './pages/compare';
+import { jobPage } from './pages/job';
+import { jobsPage } from './pages/jobs';
+import { notFoundPage } from './pages/shared';
+import { trialPage } from './pages/trial';
 import { STYLE_CSS, VIEWER_JS } from './assets';
 import { readTrajectory } from './trajectory';
 

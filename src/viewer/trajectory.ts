@@ -41,6 +41,7 @@ export interface AtifTrajectory {
 export interface LlmCall {
   timestamps?: Record<string, string>;
   started_at?: string;
+  finished_at?: string;
   dialect?: string;
   model?: string;
   request?: unknown;

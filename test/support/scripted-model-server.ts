@@ -56,7 +56,12 @@
  * `auth` (401), `context-window` (400, the vendor's "too long" error), `stream-cut` (SSE destroyed mid-way; JSON
  * requests get the connection destroyed after the headers), `stall` (no answer until the client goes away). The
  * fault hits the first `times` (default: all) generation calls (side calls too, not token counts) whose turn index
- * is at least `atTurn` (default 0).
+ * is at least `atTurn` (default 0); `auth` also refuses model lists. `die`: the server drops the call and stops
+ * listening (an upstream that dies mid-trial: connection refused from then on, for every session).
+ * Server-wide faults, whatever the session: `server.faultWindow({ kind: 'rate-limit' | 'overloaded', durationMs,
+ * retryAfterSec })` answers every generation call arriving in the next `durationMs` with a 429 (with `retry-after`)
+ * or a 529 (over HTTP: `PUT /_fault-window` with that JSON); `server.down()` stops listening (connection refused)
+ * until `server.up()` listens again on the same port.
  * `scenario.sseDelayMs` spaces SSE events out, to observe streaming through a proxy.
  */
 import { randomUUID } from 'node:crypto';
@@ -87,6 +92,7 @@ export const FAULT_KINDS = [
   'context-window',
   'stream-cut',
   'stall',
+  'die',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -147,8 +153,18 @@ export interface ScriptedModelServer {
   defaultScenario: Scenario;
   session(id: string, scenario: Scenario): ScriptedSession;
   calls(id: string): RecordedCall[];
+  faultWindow(window: FaultWindow): void;
+  down(): Promise<void>;
+  up(): Promise<void>;
   close(): Promise<void>;
 }
+
+export const faultWindowSchema = z.strictObject({
+  kind: z.enum(['rate-limit', 'overloaded']),
+  durationMs: z.number().nonnegative(),
+  retryAfterSec: z.number().nonnegative().optional(),
+});
+export type FaultWindow = z.infer<typeof faultWindowSchema>;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Tools and turns
@@ -657,6 +673,7 @@ function faultBody(dialect: Dialect, kind: FaultKind): { status: number; body: u
       ],
       'stream-cut': [500, 'api_error', 'stream cut (scripted)'],
       stall: [500, 'api_error', 'stall (scripted)'],
+      die: [500, 'api_error', 'died (scripted)'],
     } as const
   )[kind];
   if (dialect === 'anthropic') return { status, body: { type: 'error', error: { type, message } } };
@@ -736,6 +753,20 @@ export async function startScriptedModelServer(
 ): Promise<ScriptedModelServer> {
   const sessions = new Map<string, SessionState>();
   const sockets = new Set<Socket>();
+  let window: (FaultWindow & { until: number }) | null = null;
+  const listen = (port: number, host: string) =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  const stopListening = () =>
+    new Promise<void>((resolve, reject) => {
+      for (const socket of sockets) socket.destroy();
+      server.close((err) => (err ? reject(err) : resolve()));
+    });
   const state = (id: string): SessionState => {
     let s = sessions.get(id);
     if (!s) {
@@ -757,15 +788,23 @@ export async function startScriptedModelServer(
       return { id, baseUrl, openAiBaseUrl: `${baseUrl}/v1`, calls: s.calls, usage: () => sumUsage(s.calls) };
     },
     calls: (id) => state(id).calls,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        for (const socket of sockets) socket.destroy();
-        server.close((err) => (err ? reject(err) : resolve()));
-      }),
+    faultWindow(given) {
+      const parsed = faultWindowSchema.parse(given);
+      window = { ...parsed, until: Date.now() + parsed.durationMs };
+    },
+    down: () => (server.listening ? stopListening() : Promise.resolve()),
+    up: () => (server.listening ? Promise.resolve() : listen(api.port, options.host ?? '127.0.0.1')),
+    close: () => (server.listening ? stopListening() : Promise.resolve()),
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://scripted');
+    if (url.pathname === '/_fault-window' && req.method === 'PUT') {
+      const parsed = faultWindowSchema.safeParse(JSON.parse(await readBody(req)));
+      if (!parsed.success) return sendJson(res, 400, { error: parsed.error.message });
+      api.faultWindow(parsed.data);
+      return sendJson(res, 200, { ok: true });
+    }
     const control = /^\/_sessions\/([^/]+)$/.exec(url.pathname);
     if (control) {
       const id = decodeURIComponent(control[1]!);
@@ -812,6 +851,10 @@ export async function startScriptedModelServer(
     };
 
     if (req.method === 'GET' && rest.endsWith('/models')) {
+      if (scenario.fault?.kind === 'auth') {
+        record.fault = 'auth';
+        return reply(401, { error: { message: 'invalid x-api-key', type: 'authentication_error' } });
+      }
       return reply(200, { object: 'list', data: [{ id: 'scripted', object: 'model', owned_by: 'scripted' }] });
     }
     if (rest.endsWith('/messages/count_tokens')) {
@@ -859,6 +902,13 @@ export async function startScriptedModelServer(
     record.side = side;
     record.turnIndex = side ? null : parsed.turnIndex;
 
+    if (window && Date.now() < window.until) {
+      record.fault = window.kind;
+      const { status, body: errorBody } = faultBody(dialect, window.kind);
+      const headers: Record<string, string> =
+        window.kind === 'rate-limit' ? { 'retry-after': String(window.retryAfterSec ?? 1) } : {};
+      return reply(status, errorBody, headers);
+    }
     const fault = scenario.fault;
     if (
       fault &&
@@ -870,6 +920,10 @@ export async function startScriptedModelServer(
       if (fault.kind === 'stall') {
         record.status = 0;
         return new Promise<void>((resolve) => res.on('close', resolve));
+      }
+      if (fault.kind === 'die') {
+        record.status = 0;
+        return api.down();
       }
       if (fault.kind !== 'stream-cut') {
         const { status, body: errorBody } = faultBody(dialect, fault.kind);
@@ -948,10 +1002,7 @@ export async function startScriptedModelServer(
   server.on('upgrade', (_req, socket: Socket) => {
     socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
-  });
+  await listen(options.port ?? 0, options.host ?? '127.0.0.1');
   const address = server.address() as AddressInfo;
   api.port = address.port;
   const host = address.address.includes(':') ? `[${address.address}]` : address.address;

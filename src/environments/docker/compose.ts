@@ -9,8 +9,8 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { LineTail, runCommand } from './cli-command';
-import { TaskEnvironmentError } from './environment';
+import { LineTail, runCommand } from '../cli-command';
+import { TaskEnvironmentError } from '../environment';
 
 /** The service that is the trial's container. */
 export const MAIN_SERVICE = 'main';

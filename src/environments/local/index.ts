@@ -3,7 +3,7 @@ import { copyFile, lstat, mkdir, mkdtemp, readFile, readdir, realpath, rm, write
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import type { EnvironmentHandle } from '../trial/types';
+import type { EnvironmentHandle } from '../../trial/types';
 import type {
   BuildResult,
   Environment,
@@ -12,11 +12,11 @@ import type {
   ExecResult,
   StartRequest,
   StartResult,
-} from './environment';
-import { INSTRUCTION_FILE } from './environment';
-import type { CollectBudget } from './host-files';
-import { makeRealDirectory } from './host-files';
-import { killProcess, runCommand } from './local-exec';
+} from '../environment';
+import { INSTRUCTION_FILE } from '../environment';
+import type { CollectBudget } from '../host-files';
+import { makeRealDirectory } from '../host-files';
+import { killProcess, runCommand } from './exec';
 
 /** Container paths a local environment maps into its root folder. */
 const MAPPED_PATHS = ['/logs', '/tests', '/oracle', '/solution', '/installed-agent', '/app', '/rollout'];

@@ -1,0 +1,181 @@
+/** Commands in a trial's container: Docker execs, the shell kept open for a session's steps, the kill of all. */
+import type { Duplex } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import type Docker from 'dockerode';
+
+import type { EnvironmentHandle } from '../../trial/types';
+import type { ExecRequest, ExecResult, ShellStep } from '../environment';
+import { TaskEnvironmentError } from '../environment';
+import { OutputTail } from '../exec-output';
+import type { DockerEngine } from '../image-builder/engine';
+import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';
+import { KILL_ALL, envList } from '../trial-container';
+import { StepShell } from './shell';
+
+export class DockerExec {
+  /** Shell of each container: bash when its image has it, else sh. */
+  private readonly shells = new Map<string, string>();
+  /** The shell kept open for a session's steps, per container. */
+  private readonly stepShells = new Map<string, StepShell>();
+
+  constructor(private readonly engine: DockerEngine) {}
+
+  private get docker(): Docker {
+    return this.engine.docker;
+  }
+
+  /** The container's shell, as its start found it. */
+  setShell(containerId: string, shell: string): void {
+    this.shells.set(containerId, shell);
+  }
+
+  /** Forgets a container that is going away (its shell, its open step shell). */
+  forget(containerId: string): void {
+    this.shells.delete(containerId);
+    this.stepShells.get(containerId)?.close();
+    this.stepShells.delete(containerId);
+  }
+
+  /** Runs a command of Rollout's own to its end, with its output. */
+  async collectExec(
+    containerId: string,
+    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'Env' | 'User'>
+  ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+    const { exec, stream } = await this.startExec(containerId, options);
+    const stdout = new OutputTail();
+    const stderr = new OutputTail();
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    await execOutcome(stream);
+    const exitCode = await exitCodeOf(exec);
+    assertProcessStarted(exitCode, stdout.text() + stderr.text());
+    return { exitCode, stdout: stdout.text(), stderr: stderr.text() };
+  }
+
+  async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
+    request.signal?.throwIfAborted();
+    const shell = await this.shellOf(handle.id);
+    const { exec, stream } = await this.startExec(handle.id, {
+      Cmd: [shell, '-c', request.command],
+      Env: envList(request.env ?? {}),
+      WorkingDir: request.cwd ?? handle.workdir,
+      User: request.user,
+    });
+    const stdout = new OutputTail();
+    const stderr = new OutputTail();
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    const outcome = await execOutcome(stream, request.timeoutMs, request.signal);
+    if (outcome === 'ended') {
+      const exitCode = await exitCodeOf(exec);
+      assertProcessStarted(exitCode, stdout.text() + stderr.text());
+      return { exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
+    }
+    stream.destroy();
+    await this.killAll(handle);
+    if (outcome === 'aborted') throw request.signal?.reason;
+    return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
+  }
+
+  async runStep(handle: EnvironmentHandle, step: ShellStep): Promise<ExecResult | null> {
+    if (step.command.includes('\0') || (await this.shellOf(handle.id)) !== '/bin/bash') return null;
+    let shell = this.stepShells.get(handle.id);
+    if (!shell?.open) {
+      shell = await StepShell.open(this.docker.getContainer(handle.id), handle.workdir, this.docker.modem);
+      this.stepShells.set(handle.id, shell);
+    }
+    return shell.run(step, () => this.killAll(handle));
+  }
+
+  async isRunning(handle: EnvironmentHandle): Promise<boolean> {
+    const state = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.State;
+    return state !== undefined && state.Running && !state.Paused && !state.Restarting;
+  }
+
+  /**
+   * Creates and starts an exec. A container that is no longer running, while the daemon answers, was broken from
+   * inside (its PID 1 only sleeps): an outcome of what ran in it, not a failure of the host.
+   */
+  private async startExec(
+    containerId: string,
+    options: Pick<Docker.ExecCreateOptions, 'Cmd' | 'Env' | 'WorkingDir' | 'User'>
+  ): Promise<{ exec: Docker.Exec; stream: Duplex }> {
+    let exec: Docker.Exec;
+    try {
+      exec = await this.docker.getContainer(containerId).exec({ ...options, AttachStdout: true, AttachStderr: true });
+    } catch (err) {
+      if (statusCode(err) === 409 && /is not running/i.test(daemonMessage(err))) {
+        throw new TaskEnvironmentError('EnvironmentBrokenError', `the container stopped: ${daemonMessage(err)}`);
+      }
+      throw err;
+    }
+    return { exec, stream: await exec.start({ hijack: true, stdin: false }) };
+  }
+
+  /** bash when the image has it (checked once per container), else sh. */
+  async shellOf(containerId: string): Promise<string> {
+    let shell = this.shells.get(containerId);
+    if (!shell) {
+      // Another worker process started the container (this one restarted since): ask again.
+      const probe = await this.collectExec(containerId, { Cmd: ['/bin/sh', '-c', 'test -x /bin/bash'] });
+      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
+      this.shells.set(containerId, shell);
+    }
+    return shell;
+  }
+
+  /**
+   * Kills every process in the container but PID 1 (`sleep`): all that a command started, daemons and processes
+   * that left its process group included. As root, so that processes of any user go.
+   */
+  async killAll(handle: EnvironmentHandle): Promise<void> {
+    await this.collectExec(handle.id, { Cmd: [await this.shellOf(handle.id), '-c', KILL_ALL], User: '0' });
+  }
+}
+
+/** How an exec's output stream finished: it ended, its time limit passed, or the signal aborted. */
+function execOutcome(
+  stream: NodeJS.ReadableStream,
+  timeoutMs?: number,
+  signal?: AbortSignal
+): Promise<'ended' | 'timedOut' | 'aborted'> {
+  return new Promise((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const settle = (outcome: 'ended' | 'timedOut' | 'aborted' | Error) => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      if (outcome instanceof Error) reject(outcome);
+      else resolve(outcome);
+    };
+    const onAbort = () => settle('aborted');
+    if (timeoutMs) timer = setTimeout(() => settle('timedOut'), timeoutMs);
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    stream.once('end', () => settle('ended'));
+    stream.once('close', () => settle('ended'));
+    stream.once('error', (err: Error) => settle(err));
+  });
+}
+
+/**
+ * The runtime could not start the exec's process: the container's own files are broken (an agent deleted /bin or
+ * /usr). The daemon answered, so the host is fine; this is the trial's outcome, never a reason to retry.
+ */
+function assertProcessStarted(exitCode: number | null, output: string): void {
+  const failure = /OCI runtime exec failed: exec failed: unable to start container process: .*/.exec(output);
+  if ((exitCode === 126 || exitCode === 127) && failure) {
+    throw new TaskEnvironmentError(
+      'EnvironmentBrokenError',
+      `the container can no longer start a process: ${failure[0].trim()}`
+    );
+  }
+}
+
+/** The exit code once Docker has recorded it: the output stream can end a moment before the exec is marked done. */
+async function exitCodeOf(exec: Docker.Exec): Promise<number | null> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const info = await exec.inspect();
+    if (!info.Running) return info.ExitCode ?? null;
+    await sleep(20);
+  }
+  return null;
+}

@@ -1,0 +1,157 @@
+/**
+ * The docker provider: trials in containers of the local (or DOCKER_HOST) Docker engine, through its API (dockerode).
+ * This class only puts together its parts: images (the shared image builder, with compose sidecars and install
+ * snapshots), containers, exec, files, network and cleanup.
+ */
+import type Docker from 'dockerode';
+
+import type { PhaseNetwork } from '../../task/policy';
+import type { EnvironmentHandle } from '../../trial/types';
+import type {
+  BuildRequest,
+  BuildResult,
+  Environment,
+  EnvironmentOwner,
+  ExecRequest,
+  ExecResult,
+  HeldEnvironment,
+  InstallSnapshots,
+  ShellStep,
+  StartRequest,
+  StartResult,
+} from '../environment';
+import type { CollectBudget, FolderSelection } from '../host-files';
+import { ImageBuilder } from '../image-builder/builder';
+import { DockerEngine } from '../image-builder/engine';
+import { KILL_ALL } from '../trial-container';
+import { DockerCleanup } from './cleanup';
+import { ComposeStart } from './compose-start';
+import { DockerContainers } from './containers';
+import { DockerExec } from './exec';
+import { DockerFiles } from './files';
+import { composeParts, installSnapshots } from './images';
+import { DockerNetwork } from './network';
+import { StartFiles } from './start-files';
+
+export class DockerEnvironment implements Environment {
+  readonly type = 'docker';
+  readonly hostBound = true;
+  readonly killAllCommand = KILL_ALL;
+  readonly snapshots: InstallSnapshots;
+  private readonly engine: DockerEngine;
+  private readonly images: ImageBuilder;
+  private readonly execs: DockerExec;
+  private readonly files: DockerFiles;
+  private readonly cleanup: DockerCleanup;
+  private readonly containers: DockerContainers;
+  private readonly network: DockerNetwork;
+  private readonly compose: ComposeStart;
+
+  constructor(options: EnvironmentOwner & { docker?: Docker }) {
+    this.engine = new DockerEngine(options);
+    this.images = new ImageBuilder(this.engine, composeParts(this.engine));
+    this.snapshots = installSnapshots(this.engine);
+    this.execs = new DockerExec(this.engine);
+    this.files = new DockerFiles(this.engine.docker);
+    this.cleanup = new DockerCleanup(this.engine, this.execs);
+    this.network = new DockerNetwork(this.engine.docker);
+    this.compose = new ComposeStart(this.engine, this.cleanup);
+    this.containers = new DockerContainers(this.engine, {
+      execs: this.execs,
+      cleanup: this.cleanup,
+      files: new StartFiles(this.engine, this.execs),
+      compose: this.compose,
+    });
+  }
+
+  ping(): Promise<void> {
+    return this.engine.ping();
+  }
+
+  /**
+   * The image of Rollout's own is returned as the job's reference tag to it (`rollout-env:<key>-<job ref>`): the job
+   * starts its containers from it, and the image stays as long as any job still holds a reference (see removeImage).
+   */
+  build(request: BuildRequest): Promise<BuildResult> {
+    return this.images.build(request);
+  }
+
+  /** `rollout build`: see ImageBuilder.prebuild. */
+  prebuild(request: BuildRequest): Promise<{ image: string; fresh: boolean }> {
+    return this.images.prebuild(request);
+  }
+
+  removeImage(reference: string): Promise<boolean> {
+    return this.images.removeImage(reference);
+  }
+
+  start(request: StartRequest): Promise<StartResult> {
+    return this.containers.start(request);
+  }
+
+  exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
+    return this.execs.exec(handle, request);
+  }
+
+  runStep(handle: EnvironmentHandle, step: ShellStep): Promise<ExecResult | null> {
+    return this.execs.runStep(handle, step);
+  }
+
+  isRunning(handle: EnvironmentHandle): Promise<boolean> {
+    return this.execs.isRunning(handle);
+  }
+
+  killAll(handle: EnvironmentHandle): Promise<void> {
+    return this.execs.killAll(handle);
+  }
+
+  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
+    return this.files.upload(handle, hostPath, containerPath);
+  }
+
+  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
+    return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
+  }
+
+  stop(handle: EnvironmentHandle): Promise<void> {
+    return this.cleanup.stop(handle);
+  }
+
+  halt(handle: EnvironmentHandle): Promise<void> {
+    return this.cleanup.halt(handle);
+  }
+
+  remove(handle: EnvironmentHandle): Promise<void> {
+    return this.cleanup.remove(handle);
+  }
+
+  removeTrial(trialId: string): Promise<number> {
+    return this.cleanup.removeTrial(trialId);
+  }
+
+  heldEnvironments(): Promise<HeldEnvironment[]> {
+    return this.cleanup.heldEnvironments();
+  }
+
+  service(handle: EnvironmentHandle, name: string): Promise<EnvironmentHandle> {
+    return this.compose.service(handle, name);
+  }
+
+  setNetwork(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void> {
+    return this.network.setNetwork(handle, network);
+  }
+
+  gatewayHost(): Promise<string> {
+    return this.network.gatewayHost();
+  }
+}

@@ -1,0 +1,231 @@
+/**
+ * Commands in a trial's pod through the API's websocket exec, and copies in and out of it (tar over the exec's
+ * stdin and stdout). Kubernetes exec has no user, working directory or environment of its own: see exec.
+ */
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { PassThrough } from 'node:stream';
+
+import type { Exec, V1Status } from '@kubernetes/client-node';
+import tarFs from 'tar-fs';
+
+import { shellQuote } from '../../shell';
+import type { EnvironmentHandle } from '../../trial/types';
+import type { ExecRequest, ExecResult } from '../environment';
+import { TaskEnvironmentError } from '../environment';
+import { OutputTail } from '../exec-output';
+import type { CollectBudget } from '../host-files';
+import { extractArchive } from '../host-files';
+import { KILL_ALL, envList } from '../trial-container';
+import type { Cluster, Clusters, PodRef } from './cluster';
+import { PodLostError, apiMessage, isNotFound } from './cluster';
+import { CONTAINER, parseHandleId } from './pod-spec';
+import { podState } from './pod-watch';
+
+export class PodExec {
+  private readonly shells = new Map<string, string>();
+
+  constructor(private readonly clusters: Clusters) {}
+
+  /** Forgets a pod that is going away. */
+  forget(handleId: string): void {
+    this.shells.delete(handleId);
+  }
+
+  /**
+   * Runs the command through the API's websocket exec; its exit code comes from the status channel. Kubernetes exec
+   * has no user, working directory or environment of its own: the command runs as the container's user, in `cwd`
+   * (else the handle's), with `env` set by `env`.
+   */
+  async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
+    request.signal?.throwIfAborted();
+    const shell = await this.shellOf(handle);
+    const cwd = request.cwd ?? handle.workdir;
+    const script = cwd ? `cd ${shellQuote(cwd)} || exit 1\n${request.command}` : request.command;
+    const stdout = new OutputTail();
+    const stderr = new OutputTail();
+    const command = ['env', ...envList(request.env ?? {}), shell, '-c', script];
+    // Kubernetes exec has no user: another user's command goes through su (the container runs as root).
+    const asUser =
+      request.user && request.user !== '0' && request.user !== 'root'
+        ? ['su', '-s', '/bin/sh', '-c', `exec ${command.map(shellQuote).join(' ')}`, request.user]
+        : command;
+    const run = await this.run(handle, asUser, {
+      stdout,
+      stderr,
+      timeoutMs: request.timeoutMs,
+      signal: request.signal,
+    });
+    if (run.outcome === 'ended')
+      return { exitCode: run.exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };
+    await this.killAll(handle);
+    if (run.outcome === 'aborted') throw request.signal?.reason;
+    return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
+  }
+
+  /** bash when the image has it (checked once per pod), else sh. */
+  private async shellOf(handle: EnvironmentHandle): Promise<string> {
+    let shell = this.shells.get(handle.id);
+    if (!shell) {
+      const probe = await this.run(handle, ['/bin/sh', '-c', 'test -x /bin/bash']);
+      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
+      this.shells.set(handle.id, shell);
+    }
+    return shell;
+  }
+
+  /** Kills every process in the container but PID 1: all that the agent started, daemons included. */
+  async killAll(handle: EnvironmentHandle): Promise<void> {
+    await this.run(handle, ['/bin/sh', '-c', `${KILL_ALL}; true`]);
+  }
+
+  /**
+   * One exec over the API's websocket: output into the given streams, stdin from `stdin`, the exit code from the
+   * status channel. A connection that ends without a status means the pod went away (or broke): which one is asked.
+   */
+  private async run(
+    handle: EnvironmentHandle,
+    command: string[],
+    options: {
+      stdout?: NodeJS.WritableStream;
+      stderr?: NodeJS.WritableStream;
+      stdin?: Readable;
+      timeoutMs?: number;
+      signal?: AbortSignal;
+    } = {}
+  ): Promise<{ outcome: 'ended' | 'timedOut' | 'aborted'; exitCode: number | null }> {
+    const ref = parseHandleId(handle.id);
+    const cluster = this.clusters.get(ref.context);
+    let status: V1Status | undefined;
+    const stdout = options.stdout ?? new OutputTail();
+    const stderr = options.stderr ?? new OutputTail();
+    let socket: Awaited<ReturnType<Exec['exec']>>;
+    try {
+      socket = await cluster.exec.exec(
+        ref.namespace,
+        ref.name,
+        CONTAINER,
+        command,
+        stdout as never,
+        stderr as never,
+        options.stdin ?? null,
+        false,
+        (received) => (status = received)
+      );
+    } catch (err) {
+      throw await this.execFailure(cluster, ref, err);
+    }
+    const outcome = await new Promise<'ended' | 'timedOut' | 'aborted'>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const settle = (result: 'ended' | 'timedOut' | 'aborted') => {
+        clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
+        resolve(result);
+      };
+      const onAbort = () => settle('aborted');
+      if (options.timeoutMs) timer = setTimeout(() => settle('timedOut'), options.timeoutMs);
+      if (options.signal?.aborted) onAbort();
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      socket.on('close', () => settle('ended'));
+    });
+    if (outcome !== 'ended') {
+      socket.close();
+      return { outcome, exitCode: null };
+    }
+    if (!status) throw await this.execFailure(cluster, ref, new Error('the exec ended without a status'));
+    const finished: V1Status = status;
+    // Killed by a signal, or not started at all: perhaps with its pod (deleted, evicted, past its deadline), which is
+    // no outcome of the command.
+    const signalled = finished.reason === 'NonZeroExitCode' && Number(finished.details?.causes?.[0]?.message) >= 128;
+    if (signalled || (finished.status !== 'Success' && finished.reason !== 'NonZeroExitCode')) {
+      await this.assertPodUp(cluster, ref);
+    }
+    return { outcome, exitCode: exitCodeOf(finished) };
+  }
+
+  /** Throws PodLostError when the pod has been deleted, evicted or stopped by the cluster. */
+  private async assertPodUp(cluster: Cluster, ref: PodRef): Promise<void> {
+    const lost = await this.execFailure(cluster, ref, undefined);
+    if (lost instanceof PodLostError) throw lost;
+  }
+
+  /** Why an exec failed: a pod that is gone or evicted (the cluster's doing), one whose container ended, or `err`. */
+  private async execFailure(cluster: Cluster, ref: PodRef, err: unknown): Promise<Error> {
+    const pod = await cluster.core.readNamespacedPod({ name: ref.name, namespace: ref.namespace }).catch((e) => {
+      if (isNotFound(e)) return null;
+      return undefined; // the API itself failed: report the exec's own error
+    });
+    if (pod === null) return new PodLostError(`pod ${ref.namespace}/${ref.name} is gone (deleted)`);
+    if (pod) {
+      const state = podState(pod);
+      if (state.kind === 'lost') return new PodLostError(`pod ${ref.namespace}/${ref.name}: ${state.message}`);
+      if (state.kind === 'exited') {
+        return new TaskEnvironmentError('EnvironmentBrokenError', `pod ${ref.namespace}/${ref.name}: ${state.message}`);
+      }
+    }
+    return new Error(`exec in pod ${ref.namespace}/${ref.name}: ${apiMessage(err)}`, { cause: err });
+  }
+
+  /** A folder's contents land inside each containerPath; a single file lands as containerPath/<its name>. */
+  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
+    const isFolder = (await stat(hostPath)).isDirectory();
+    for (const target of typeof containerPath === 'string' ? [containerPath] : containerPath) {
+      const archive = isFolder
+        ? tarFs.pack(hostPath)
+        : tarFs.pack(path.dirname(hostPath), { entries: [path.basename(hostPath)] });
+      await this.extractAt(handle, archive as unknown as Readable, target);
+    }
+  }
+
+  extractAtRoot(handle: EnvironmentHandle, archive: Readable): Promise<void> {
+    return this.extractAt(handle, archive, '/');
+  }
+
+  /** Extracts a tar, sent over the exec's stdin, into `dir` (made first). */
+  private async extractAt(handle: EnvironmentHandle, archive: Readable, dir: string): Promise<void> {
+    const stderr = new OutputTail();
+    const run = await this.run(
+      handle,
+      ['/bin/sh', '-c', `mkdir -p ${shellQuote(dir)} && tar -xmf - -C ${shellQuote(dir)}`],
+      { stdin: archive, stderr }
+    );
+    if (run.exitCode !== 0) {
+      throw new Error(`upload to ${dir} failed in the pod (exit ${run.exitCode}): ${stderr.text().trim()}`);
+    }
+  }
+
+  /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
+  async download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void> {
+    const exists = await this.run(handle, ['/bin/sh', '-c', `test -e ${shellQuote(containerPath)}`]);
+    if (exists.exitCode !== 0) return; // nothing there (the agent wrote no logs) is normal
+    const archive = new PassThrough();
+    const stderr = new OutputTail();
+    const command = ['tar', '-cf', '-', '-C', path.posix.dirname(containerPath), path.posix.basename(containerPath)];
+    const extracted = extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
+    const run = await this.run(handle, command, { stdout: archive, stderr }).finally(() => archive.end());
+    await extracted;
+    if (run.exitCode !== 0) {
+      throw new Error(`download of ${containerPath} failed in the pod (exit ${run.exitCode}): ${stderr.text().trim()}`);
+    }
+  }
+}
+
+/** The exit code in an exec's status: 0 on Success, the ExitCode cause on NonZeroExitCode. */
+function exitCodeOf(status: V1Status): number | null {
+  if (status.status === 'Success') return 0;
+  if (status.reason === 'NonZeroExitCode') {
+    const cause = status.details?.causes?.find((c) => c.reason === 'ExitCode');
+    return cause?.message !== undefined ? Number(cause.message) : null;
+  }
+  // The runtime could not start the command: the container's own files are broken (an agent deleted /bin).
+  throw new TaskEnvironmentError(
+    'EnvironmentBrokenError',
+    `the pod can no longer start a process: ${status.message ?? status.reason ?? 'unknown failure'}`
+  );
+}

@@ -1,0 +1,67 @@
+/**
+ * Images for pods: a task's docker_image as is (the cluster pulls it); else built by the shared image builder on this
+ * worker's Docker engine and pushed under its content key to the job's image_registry.
+ */
+import { runCommand } from '../cli-command';
+import { hasDockerfileIn } from '../dockerfile';
+import type { BuildRequest, BuildResult } from '../environment';
+import { TaskEnvironmentError } from '../environment';
+import { OutputTail } from '../exec-output';
+import type { ImageBuilder } from '../image-builder/builder';
+import { imageTag } from '../image-builder/builder';
+
+export class RegistryImages {
+  constructor(private readonly builder: ImageBuilder) {}
+
+  /**
+   * A task's docker_image is used as is (the cluster pulls it). Otherwise the environment is built here as for
+   * docker and pushed under its content hash to the job's image_registry, unless the registry has that tag already.
+   * The registry's images are shared by every job and never deleted by Rollout, so none is `built` for release.
+   */
+  async build(request: BuildRequest): Promise<BuildResult> {
+    const hasDockerfile = await hasDockerfileIn(request.contextDir);
+    if (request.dockerImage && !hasDockerfile) return { image: request.dockerImage, built: false };
+    const registry = request.kubernetes?.image_registry;
+    if (!registry) {
+      throw new TaskEnvironmentError(
+        'EnvironmentBuildError',
+        'the kubernetes environment needs environment.image_registry in job.yaml to push a built image to'
+      );
+    }
+    const remote = `${registry}/${imageTag(request.envKey)}`;
+    if (!request.force && (await this.registryHas(remote, request))) return { image: remote, built: false };
+    const local = await this.builder.build(request);
+    try {
+      await this.dockerCli(['tag', local.image, remote], request);
+      await this.dockerCli(['push', remote], request);
+    } finally {
+      if (local.built) await this.builder.removeImage(local.image);
+    }
+    return { image: remote, built: false };
+  }
+
+  /** Whether the registry holds the tag (asked through the docker CLI, with the worker's registry credentials). */
+  private async registryHas(image: string, request: BuildRequest): Promise<boolean> {
+    const exitCode = await runCommand('docker', ['manifest', 'inspect', '--insecure', image], {
+      signal: request.signal ?? AbortSignal.timeout(request.timeoutMs),
+      env: {},
+      onOutput: () => undefined,
+    });
+    return exitCode === 0;
+  }
+
+  private async dockerCli(args: string[], request: BuildRequest): Promise<void> {
+    const output = new OutputTail();
+    const exitCode = await runCommand('docker', args, {
+      signal: request.signal ?? AbortSignal.timeout(request.timeoutMs),
+      env: {},
+      onOutput: (text) => {
+        output.write(text);
+        for (const line of text.split('\n')) if (line.trim()) request.onOutput?.(line);
+      },
+    });
+    request.signal?.throwIfAborted();
+    // The registry refused or could not be reached: not the task's fault, so retried (and the trial restarted).
+    if (exitCode !== 0) throw new Error(`docker ${args[0]} ${args.at(-1)} failed: ${output.text().trim()}`);
+  }
+}
