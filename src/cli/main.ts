@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import type { CaTrustMode } from '../environments/ca-trust';
@@ -19,7 +19,7 @@ import { parseGateOptions } from './gate';
 import { renderAgentList } from './agents';
 import { listJobs } from './inspect';
 import { formatDuration } from './progress';
-import { renderDatasetList } from './report';
+import { renderDatasetList, renderTable } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 import { checkTasks, initTask } from './tasks';
 import { buildEnvironments } from './build';
@@ -68,7 +68,9 @@ function withGateOptions(command: Command): Command {
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
-    .showHelpAfterError();
+    .showHelpAfterError()
+    // Usage errors are invalid input (exit 2, see main), not commander's exit 1; subcommands inherit this.
+    .exitOverride();
 
   withGateOptions(
     program
@@ -268,10 +270,13 @@ export function buildProgram(): Command {
       const endpoint = await resolveTemporal({ startDevServer: false });
       const { connection, client } = await connectClient(endpoint);
       try {
-        for (const job of await listJobs(client)) {
-          const took = job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : 'running';
-          console.log(`${job.jobName}\t${job.status}\t${job.startTime.toISOString()}\t${took}`);
-        }
+        const rows = (await listJobs(client)).map((job) => [
+          job.jobName,
+          job.status,
+          job.startTime.toISOString(),
+          job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : '–',
+        ]);
+        console.log(renderTable([['job', 'status', 'started', 'took'], ...rows]));
       } finally {
         await connection.close();
       }
@@ -362,7 +367,10 @@ export async function main(argv: string[]): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {
-    if (err instanceof InputError) {
+    if (err instanceof CommanderError) {
+      // Commander printed the message (and the help); --help and --version end here too, with 0.
+      process.exitCode = err.exitCode === 0 ? 0 : EXIT_INPUT;
+    } else if (err instanceof InputError) {
       for (const line of err.message.split('\n')) console.error(`error: ${line}`);
       process.exitCode = EXIT_INPUT;
     } else {

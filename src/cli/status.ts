@@ -35,8 +35,19 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
     if (!(await jobExists(client, job)))
       throw new InputError([{ file: job, message: 'no such job on this Temporal server (or give its folder)' }]);
     const progress = await queryProgress(client, job);
+    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
+    const jobDir = String(memo?.jobDir);
     if (!progress) {
-      console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);
+      // No worker runs the Job workflow: its result.json (written as trials finish) has the counts and metrics.
+      const saved = await readJson<JobResult>(jobFiles.result(jobDir));
+      console.log(
+        `job ${job}: no worker answered (start one, or run the job again to attach)` +
+          (saved ? `; as of ${saved.updated_at}, from ${jobFiles.result(jobDir)}:` : '')
+      );
+      if (saved) {
+        console.log(`job ${job}: ${saved.status} · ${saved.n_finished_trials}/${saved.n_total_trials} finished`);
+        console.log(renderReport(saved));
+      }
     } else {
       const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
       console.log(
@@ -51,8 +62,6 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
       console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
     }
     if (!gateRequested(gate)) return 0;
-    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
-    const jobDir = String(memo?.jobDir);
     const result = await readJson<JobResult>(jobFiles.result(jobDir));
     if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'no job result on disk yet' }]);
     if (result.status === 'running')

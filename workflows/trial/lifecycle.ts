@@ -32,7 +32,13 @@ async function runOnce(
     builtImages,
     cleanupErrors,
     placement,
-  }: { builtImages: BuiltImage[]; cleanupErrors: CleanupError[]; placement: StepPlacement }
+    cancelledIn,
+  }: {
+    builtImages: BuiltImage[];
+    cleanupErrors: CleanupError[];
+    placement: StepPlacement;
+    cancelledIn: { step: StepName | null };
+  }
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
   const { claimHost } = proxyActivities<ProviderActivities>({
@@ -108,7 +114,10 @@ async function runOnce(
     );
     collected = true;
   } catch (err) {
-    if (isCancellation(err)) throw err;
+    if (isCancellation(err)) {
+      cancelledIn.step = state.step;
+      throw err;
+    }
     const error = classify(err, state.step ?? 'trial');
     if (error.type === INFRASTRUCTURE_ERROR) outcome.restart = error;
     else outcome.error ??= error;

@@ -42,11 +42,13 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   const builtImages: BuiltImage[] = [];
   const cleanupErrors: CleanupError[] = [];
   const placement: StepPlacement = { hostQueue: null, here: false };
+  // The step a cancellation reached the trial in (clean-up then moves state.step on): what its result names.
+  const cancelledIn: { step: StepName | null } = { step: null };
   let retries = 0;
 
   try {
     for (;;) {
-      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors, placement });
+      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors, placement, cancelledIn });
       if (!outcome.restart) {
         // job.yaml `retry`: a task error the user chose to retry (e.g. a rate limit) runs the trial again.
         const wait = retryWaitMs(spec.retry, outcome.error, retries);
@@ -67,7 +69,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
-    outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: state.step ?? 'trial' };
+    outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: cancelledIn.step ?? 'trial' };
   }
 
   const result: TrialResult = {
