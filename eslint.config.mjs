@@ -2,6 +2,7 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import prettier from 'eslint-config-prettier';
+import { importX, createNodeResolver } from 'eslint-plugin-import-x';
 import { builtinModules } from 'node:module';
 
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
@@ -29,6 +30,21 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       eqeqeq: ['error', 'always', { null: 'ignore' }],
       'object-shorthand': 'error',
+    },
+  },
+  {
+    // The house rules: no import cycles (type imports count: a contract that names an implementation's type still
+    // depends on it), and modules of a few hundred lines.
+    files: ['src/**/*.ts', 'activities/**/*.ts', 'workflows/**/*.ts', 'workers/**/*.ts'],
+    plugins: { 'import-x': importX },
+    settings: {
+      'import-x/extensions': ['.ts'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
+      'import-x/resolver-next': [createNodeResolver({ extensions: ['.ts', '.js'] })],
+    },
+    rules: {
+      'import-x/no-cycle': ['error', { ignoreExternal: true }],
+      'max-lines': ['error', { max: 400 }],
     },
   },
   {

@@ -4,7 +4,9 @@ import path from 'node:path';
 import { Context } from '@temporalio/activity';
 
 import type { AgentRun } from '../src/agents/agent';
-import { catalogueAgent, createAgent, instructionVariable, loadAgentConfig } from '../src/agents/agent';
+import { instructionVariable } from '../src/agents/agent';
+import { catalogueAgent, loadAgentConfig } from '../src/agents/config';
+import { createAgent } from '../src/agents/create';
 import { installPlan } from '../src/agents/installed';
 import { providerOf } from '../src/environments';
 import { CA_TRUST_ENV } from '../src/environments/ca-trust';

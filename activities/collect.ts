@@ -2,11 +2,11 @@ import { existsSync } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
-import { loadAgentConfig } from '../src/agents/agent';
+import { loadAgentConfig } from '../src/agents/config';
 import { CollectBudget } from '../src/environments/host-files';
 import { resolveEnvWithSecrets } from '../src/env-vars';
 import { LLM_CALLS_FILE } from '../src/gateway/records';
-import { jobFiles } from '../src/results/files';
+import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
@@ -19,12 +19,6 @@ export interface CollectInput {
   /** A multi-step task's last step that ran: its logs go to `<trial>/steps/<name>/`, as every earlier step's did. */
   taskStep?: string;
 }
-
-/**
- * The folders of the container's /logs that are collected, each into the trial folder's folder of the same name.
- * Nothing else: what an agent writes beside them (/logs/trial.log, /logs/result.json) would replace Rollout's own.
- */
-export const LOG_FOLDERS = ['agent', 'verifier'] as const;
 
 /**
  * Read past beside them (/logs/artifacts, files an agent left in /logs) when both come in one archive of /logs;

@@ -1,6 +1,7 @@
 import path from 'node:path';
 
-import { SolutionNotFoundError, usesGateway } from '../src/agents/agent';
+import { SolutionNotFoundError } from '../src/agents/agent';
+import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
 import type { TrialSession } from '../src/gateway/gateway';
 import { gatewayEnv, upstreamsFromEnv } from '../src/gateway/upstreams';

@@ -1,4 +1,4 @@
-import { agentInfo } from '../src/agents/agent';
+import { agentInfo } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import type { AgentInfo } from '../src/trial/types';
 import type { ActivityDeps } from './context';

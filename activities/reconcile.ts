@@ -2,7 +2,6 @@ import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError } from '@temporalio/client';
 
 import type { TrialSummary } from '../src/trial/types';
-import type { trialWorkflow } from '../workflows/trial';
 
 export interface EndedTrialsInput {
   trialIds: string[];
@@ -21,7 +20,7 @@ export async function endedTrials({ trialIds }: EndedTrialsInput): Promise<Ended
   const { client } = Context.current();
   const ended: EndedTrial[] = [];
   for (const trialId of trialIds) {
-    const handle = client.workflow.getHandle<typeof trialWorkflow>(trialId);
+    const handle = client.workflow.getHandle(trialId);
     const status = await handle.describe().then(
       (description) => description.status.name,
       (err: unknown) => {
@@ -30,7 +29,7 @@ export async function endedTrials({ trialIds }: EndedTrialsInput): Promise<Ended
       }
     );
     if (status === 'RUNNING') continue;
-    ended.push({ trialId, status, summary: status === 'COMPLETED' ? await handle.result() : null });
+    ended.push({ trialId, status, summary: status === 'COMPLETED' ? ((await handle.result()) as TrialSummary) : null });
   }
   return ended;
 }

@@ -1,6 +1,6 @@
 import path from 'node:path';
 
-import { loadAgentConfig } from '../src/agents/agent';
+import { loadAgentConfig } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import { caBundleStart } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';

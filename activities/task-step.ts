@@ -14,11 +14,10 @@ import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/environments/environme
 import type { Environment } from '../src/environments/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { CollectBudget } from '../src/environments/host-files';
-import { jobFiles } from '../src/results/files';
+import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import type { Task } from '../src/task/load';
-import { isDirectory, isFile } from '../src/task/load';
+import { isDirectory, isFile } from '../src/files/absent';
 import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/trial/types';
-import { LOG_FOLDERS } from './collect';
 import { log, taskFailure, tail } from './context';
 
 /** The spec of a multi-step trial's step, by name. */

@@ -21,6 +21,9 @@ export class InputError extends Error {
   }
 }
 
+/** Unknown keys of one mapping listed one per line; beyond these they are counted (a file may hold 200,000). */
+export const UNKNOWN_KEYS_LISTED = 20;
+
 /** Zod issues as problems of one file: the field is the dotted path of the offending key. */
 export function zodProblems(
   file: string,
@@ -29,7 +32,12 @@ export function zodProblems(
   return issues.flatMap((issue) => {
     const base = issue.path.map(String).join('.');
     if (issue.code === 'unrecognized_keys' && issue.keys) {
-      return issue.keys.map((key) => ({ file, field: base ? `${base}.${key}` : key, message: 'unknown key' }));
+      const listed: Problem[] = issue.keys
+        .slice(0, UNKNOWN_KEYS_LISTED)
+        .map((key) => ({ file, field: base ? `${base}.${key}` : key, message: 'unknown key' }));
+      const rest = issue.keys.length - listed.length;
+      if (rest > 0) listed.push({ file, field: base || undefined, message: `and ${rest} more unknown keys` });
+      return listed;
     }
     return [{ file, field: base || undefined, message: issue.message }];
   });

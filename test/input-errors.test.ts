@@ -62,6 +62,17 @@ describe('invalid input', () => {
     );
   });
 
+  it('lists the first 20 of 200,000 unknown keys in job.yaml and counts the rest', async () => {
+    const keys = Array.from({ length: 200_000 }, (_, i) => `unknown_${i}: ${i}`);
+    const stderr = await expectInputError([...keys, JOB].join('\n'), [
+      /job\.yaml: unknown_0: unknown key/,
+      /job\.yaml: unknown_19: unknown key/,
+      /job\.yaml: and 199980 more unknown keys$/m,
+    ]);
+    assert.doesNotMatch(stderr, /unknown_20:/);
+    assert.equal(stderr.trim().split('\n').length, 21, stderr.slice(0, 2000));
+  });
+
   it('reports an unknown agent and an unknown environment type', async () => {
     await expectInputError(
       ['environment:', '  type: modal', 'agents:', '  - name: claude-kode', 'datasets:', '  - path: tasks', ''].join(

@@ -12,7 +12,7 @@ import { readPlanPage } from '../activities/plan';
 import { writeJobResult } from '../activities/results';
 import { loadJobFile } from '../src/job/load';
 import { planJob } from '../src/job/plan';
-import { saveJobFolder } from '../src/job/submit';
+import { saveJobFolder } from '../src/api/submit';
 import { jobFiles, readJson } from '../src/results/files';
 import type { JobResult } from '../src/results/job-result';
 import { buildJobResult } from '../src/results/job-result';

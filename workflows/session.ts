@@ -10,6 +10,7 @@ import {
   CancellationScope,
   allHandlersFinished,
   condition,
+  log,
   patched,
   proxyActivities,
   proxyLocalActivities,
@@ -30,7 +31,7 @@ import {
   sessionRecordQuery,
   sessionStepUpdate,
 } from './session-messages';
-import { notRunHere } from './local-steps';
+import { notRunHere } from './trial/local-steps';
 
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;
@@ -257,9 +258,12 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
       record.status = 'ended';
       record.ended_by = endedBy;
       record.ended_at = new Date().toISOString();
-      await host.writeSessionRecord({ spec, record, limits }).catch(() => undefined);
-      if (handle) await host.stopEnvironment({ spec, handle }).catch(() => undefined);
-      await host.cleanupEnvironment({ spec }).catch(() => undefined);
+      // Best effort, each: the session has ended either way; what failed is logged.
+      const failed = (what: string) => (err: unknown) =>
+        log.warn(`session ${spec.trialId}: ${what} failed`, { error: failureMessage(err) });
+      await host.writeSessionRecord({ spec, record, limits }).catch(failed('writing its record'));
+      if (handle) await host.stopEnvironment({ spec, handle }).catch(failed('stopping its environment'));
+      await host.cleanupEnvironment({ spec }).catch(failed('cleaning up its environment'));
     });
   }
   return record;

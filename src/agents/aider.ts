@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, litellmModel, shellQuote } from './builtin';
+import { defineAgent, litellmModel } from './builtin';
+import { shellQuote } from '../shell';
 
 /** aider (litellm; edits arrive as text in its edit format, not as tool calls), with git, updates and analytics off. */
 export default defineAgent({

@@ -76,11 +76,6 @@ export function agentPrefix(name: string, version: string): string {
   return `${AGENTS_ROOT}/agents/${name}-${version}`;
 }
 
-/** Single-quoted for bash. */
-export function shellQuote(text: string): string {
-  return `'${text.replace(/'/g, `'\\''`)}'`;
-}
-
 /** litellm model strings name their provider; a bare name is taken as an OpenAI-compatible model. */
 export function litellmModel(model: string | undefined): string | undefined {
   if (model === undefined) return undefined;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /** Anthropic's Claude Code, headless (`--print`, stream-json), with every permission granted inside the sandbox. */
 export default defineAgent({

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /**
  * OpenAI's Codex CLI (`codex exec`). It speaks only the Responses API, and takes its base URL from config.toml, not

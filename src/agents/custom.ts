@@ -1,7 +1,8 @@
 import type { ExecResult } from '../environments/environment';
 import type { AgentConfig } from '../job/schema';
 import type { Agent, AgentRun } from './agent';
-import { CONTAINER_PATHS, uploadAgentScript } from './agent';
+import { CONTAINER_PATHS } from './agent';
+import { uploadAgentScript } from './upload';
 
 /**
  * An agent defined in job.yaml by its install and execute bash scripts. Output goes to /logs/agent/<step>.txt. The

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /**
  * Google's Gemini CLI in yolo mode. With a custom base URL it cannot detect its auth type, so settings.json pins the

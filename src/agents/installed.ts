@@ -9,9 +9,11 @@ import { createHash } from 'node:crypto';
 
 import type { AgentConfig } from '../job/schema';
 import type { Agent, AgentRun, InstallOutcome } from './agent';
-import { CONTAINER_PATHS, uploadAgentScript } from './agent';
+import { CONTAINER_PATHS } from './agent';
+import { uploadAgentScript } from './upload';
 import type { InstalledAgentDefinition } from './builtin';
-import { AGENTS_ROOT, agentPrefix, shellQuote } from './builtin';
+import { AGENTS_ROOT, agentPrefix } from './builtin';
+import { shellQuote } from '../shell';
 import { hostNodeRuntime, NODE_RUNTIME, NODE_RUNTIME_DIR } from './node-runtime';
 
 const MARKER = '.rollout-installed';

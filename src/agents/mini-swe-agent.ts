@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, litellmModel, shellQuote } from './builtin';
+import { defineAgent, litellmModel } from './builtin';
+import { shellQuote } from '../shell';
 
 /**
  * mini-swe-agent (litellm, one `bash` tool; it finishes when a command prints COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT).

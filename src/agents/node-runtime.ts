@@ -8,6 +8,7 @@ import { mkdir, mkdtemp, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
+import { ifPresent } from '../files/absent';
 import { hostCacheDir } from '../host-cache';
 import { AGENTS_ROOT } from './builtin';
 
@@ -62,5 +63,5 @@ async function fetchRuntime(): Promise<string> {
 }
 
 async function exists(file: string): Promise<boolean> {
-  return (await stat(file).catch(() => undefined)) !== undefined;
+  return (await ifPresent(stat(file))) !== undefined;
 }

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /**
  * opencode with an OpenAI-compatible provider (Chat Completions) at $OPENAI_BASE_URL, given inline so no config file

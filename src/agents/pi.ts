@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /**
  * pi (Mario Zechner's coding agent), headless (`--print --mode json`), with an OpenAI-compatible provider at

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { defineAgent, shellQuote } from './builtin';
+import { defineAgent } from './builtin';
+import { shellQuote } from '../shell';
 
 /** Qwen Code (a Gemini CLI fork) on its OpenAI auth type: Chat Completions to $OPENAI_BASE_URL. */
 export default defineAgent({

@@ -19,12 +19,13 @@ import { readPlanPage } from '../job/plan-file';
 import { boundedId, jobWorkflowId, planJob, sanitize, uniqueFolderName } from '../job/plan';
 import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
 import { PROVIDERS } from '../environments/registry';
-import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from '../job/submit';
+import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from './submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TrialResult } from '../results/trial-result';
 import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { ifWorkflowExists } from '../temporal/not-found';
 import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../trial/types';
 import type { z } from 'zod';
@@ -134,7 +135,7 @@ export class Rollout {
   /** A job started earlier (by this process before a restart, or by the CLI): by name. */
   async job(name: string): Promise<JobRun> {
     const handle = this.client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(name));
-    const description = await handle.describe().catch(() => undefined);
+    const description = await ifWorkflowExists(handle.describe());
     const jobDir = description?.memo?.jobDir;
     if (typeof jobDir !== 'string')
       throw new InputError([{ file: name, message: 'no such job on this Temporal server' }]);

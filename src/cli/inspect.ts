@@ -1,10 +1,12 @@
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
-import { WorkflowNotFoundError } from '@temporalio/client';
 
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
 import { jobWorkflowId } from '../job/plan';
+import { ifWorkflowExists } from '../temporal/not-found';
 import type { StepName } from '../trial/types';
+import { formatDuration } from './progress';
+import { renderTable } from './report';
 
 const QUERY_TIMEOUT_MS = 5_000;
 
@@ -96,11 +98,16 @@ async function jobStatus(client: Client, execution: WorkflowExecutionInfo): Prom
 }
 
 export async function jobExists(client: Client, jobName: string): Promise<boolean> {
-  try {
-    await client.workflow.getHandle(jobWorkflowId(jobName)).describe();
-    return true;
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return false;
-    throw err;
-  }
+  return (await ifWorkflowExists(client.workflow.getHandle(jobWorkflowId(jobName)).describe())) !== undefined;
+}
+
+/** `rollout jobs`: one row per job, under a header. */
+export function renderJobList(jobs: JobListing[]): string {
+  const rows = jobs.map((job) => [
+    job.jobName,
+    job.status,
+    job.startTime.toISOString(),
+    job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : '–',
+  ]);
+  return renderTable([['job', 'status', 'started', 'took'], ...rows]);
 }

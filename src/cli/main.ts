@@ -15,15 +15,10 @@ import { readRegistry, registrySource } from '../registry/load';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
 import { installQuietRuntime } from '../temporal/runtime';
 import { devServerConfig, devServerStatus, ensureDevServer, stopDevServer } from '../temporal/dev-server';
-import { jobFiles, readJson } from '../results/files';
-import type { JobResult } from '../results/job-result';
-import { jobWorkflowId } from '../job/plan';
-import type { GateOptions } from './gate';
-import { applyGate, gateRequested, parseGateOptions } from './gate';
+import { parseGateOptions } from './gate';
 import { renderAgentList } from './agents';
-import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
-import { formatDuration } from './progress';
-import { renderDatasetList, renderEvals, renderReport, renderTable } from './report';
+import { listJobs, renderJobList } from './inspect';
+import { renderDatasetList } from './report';
 import { cancelJob, resumeJob, runJob } from './run';
 import type { RunFlags } from './run-flags';
 import { COMMAND_LINE, configYaml, namingFlags, resolveRunJob, withRunFlags } from './run-flags';
@@ -36,6 +31,7 @@ import { EXPORT_FORMATS, exportJob } from '../export/export';
 import { startViewServer } from '../viewer/server';
 import type { ServeFlags } from './serve';
 import { serve } from './serve';
+import { jobStatus } from './status';
 
 /**
  * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
@@ -242,8 +238,7 @@ export function buildProgram(): Command {
           'a job folder reads its results on disk (no server needed)'
       )
   ).action(async (job: string, opts: GateFlags) => {
-    const gate = parseGateOptions(opts);
-    process.exitCode = existsSync(jobFiles.result(job)) ? await folderStatus(job, gate) : await serverStatus(job, gate);
+    process.exitCode = await jobStatus(job, parseGateOptions(opts));
   });
 
   program
@@ -297,13 +292,7 @@ export function buildProgram(): Command {
       const endpoint = await resolveTemporal({ startDevServer: false });
       const { connection, client } = await connectClient(endpoint);
       try {
-        const rows = (await listJobs(client)).map((job) => [
-          job.jobName,
-          job.status,
-          job.startTime.toISOString(),
-          job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : '–',
-        ]);
-        console.log(renderTable([['job', 'status', 'started', 'took'], ...rows]));
+        console.log(renderJobList(await listJobs(client)));
       } finally {
         await connection.close();
       }
@@ -388,62 +377,6 @@ export function buildProgram(): Command {
       if (!status.running) process.exitCode = 1;
     });
   return program;
-}
-
-/** `rollout status <job folder>`: the job's result.json as the final report, then the gate. */
-async function folderStatus(jobDir: string, gate: GateOptions): Promise<number> {
-  const result = await readJson<JobResult>(jobFiles.result(jobDir));
-  if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'not a readable job result' }]);
-  console.log(
-    `job ${result.job_name}: ${result.status} · ${result.n_finished_trials}/${result.n_total_trials} finished`
-  );
-  console.log(renderReport(result));
-  return gateRequested(gate) ? applyGate(jobDir, result.job_name, result, gate) : 0;
-}
-
-/** `rollout status <job name>`: live from the Temporal server; the gate reads the job's folder (from its memo). */
-async function serverStatus(job: string, gate: GateOptions): Promise<number> {
-  const endpoint = await resolveTemporal({ startDevServer: false });
-  const { connection, client } = await connectClient(endpoint);
-  try {
-    if (!(await jobExists(client, job)))
-      throw new InputError([{ file: job, message: 'no such job on this Temporal server (or give its folder)' }]);
-    const progress = await queryProgress(client, job);
-    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
-    const jobDir = String(memo?.jobDir);
-    if (!progress) {
-      // No worker runs the Job workflow: its result.json (written as trials finish) has the counts and metrics.
-      const saved = await readJson<JobResult>(jobFiles.result(jobDir));
-      console.log(
-        `job ${job}: no worker answered (start one, or run the job again to attach)` +
-          (saved ? `; as of ${saved.updated_at}, from ${jobFiles.result(jobDir)}:` : '')
-      );
-      if (saved) {
-        console.log(`job ${job}: ${saved.status} · ${saved.n_finished_trials}/${saved.n_total_trials} finished`);
-        console.log(renderReport(saved));
-      }
-    } else {
-      const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
-      console.log(
-        `job ${job}: ${progress.status} · ${progress.finished}/${progress.total} finished · ${progress.running} running · ` +
-          `${progress.completed} completed · ${progress.errored} errored · ${progress.infrastructureErrors} infrastructure errors · ` +
-          `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
-      );
-      if (errors.length) console.log(`errors: ${errors.join(', ')}`);
-      if (Object.keys(progress.evals).length) console.log(renderEvals(progress.evals));
-    }
-    for (const trial of await runningTrialSteps(client, job)) {
-      console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
-    }
-    if (!gateRequested(gate)) return 0;
-    const result = await readJson<JobResult>(jobFiles.result(jobDir));
-    if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'no job result on disk yet' }]);
-    if (result.status === 'running')
-      console.log(`gate on ${result.n_finished_trials}/${result.n_total_trials} finished trials`);
-    return await applyGate(jobDir, job, result, gate);
-  } finally {
-    await connection.close();
-  }
 }
 
 export async function main(argv: string[]): Promise<void> {

@@ -19,7 +19,7 @@ import type { JobPlan } from '../job/plan';
 import { jobDirOf, jobWorkflowId, planJob } from '../job/plan';
 import { probeUpstreams, upstreamChecks } from '../job/preflight';
 import { startServices } from '../job/services';
-import { jobInput, saveJobFolder, startJobWorkflow } from '../job/submit';
+import { jobInput, saveJobFolder, startJobWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
 import type { TemporalEndpoint } from '../temporal/connect';
@@ -30,6 +30,7 @@ import {
   resultAcrossRestarts,
   workflowUiUrl,
 } from '../temporal/connect';
+import { ifWorkflowExists } from '../temporal/not-found';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';
@@ -197,7 +198,7 @@ export async function cancelJob(jobName: string, options: { worker: boolean; hos
   const endpoint = await resolveTemporal({ startDevServer: false });
   const { connection, client } = await connectClient(endpoint);
   const handle = client.workflow.getHandle<typeof jobWorkflow>(jobWorkflowId(jobName));
-  const description = await handle.describe().catch(() => undefined);
+  const description = await ifWorkflowExists(handle.describe());
   if (!description) throw new InputError([{ file: jobName, message: 'no such job on this Temporal server' }]);
   if (description.status.name !== 'RUNNING') {
     console.log(`job ${jobName} is not running (${description.status.name.toLowerCase()})`);

@@ -1,11 +1,11 @@
 import type { AddressInfo } from 'node:net';
 
-import { isOracle } from '../agents/agent';
+import { isOracle } from '../agents/config';
 import { Rollout } from '../api/rollout';
 import { InputError } from '../errors';
 import { parseJobConfig } from '../job/load';
 import { planJob } from '../job/plan';
-import { saveJobConfig } from '../job/submit';
+import { saveJobConfig } from '../api/submit';
 import type { ServeConfig } from '../serve/config';
 import { loadServeConfig } from '../serve/config';
 import { RemoteRollouts } from '../serve/remote-rollouts';

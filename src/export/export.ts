@@ -12,6 +12,7 @@ import type { Writable } from 'node:stream';
 
 import { z } from 'zod';
 
+import { ifPresent } from '../files/absent';
 import { InputError } from '../errors';
 import { jobFiles } from '../results/files';
 import { SESSION_AGENT } from '../trial/session-types';
@@ -108,7 +109,7 @@ async function checkOptions(jobDir: string, options: ExportOptions) {
   if (minReward !== undefined && (options.minReward!.trim() === '' || !Number.isFinite(minReward))) {
     throw new InputError([{ file: ARGS, field: '--min-reward', message: `"${options.minReward}" is not a number` }]);
   }
-  const info = await stat(jobDir).catch(() => undefined);
+  const info = await ifPresent(stat(jobDir));
   if (!info?.isDirectory()) throw new InputError([{ file: jobDir, message: 'no such job folder' }]);
   const config = await readInputJson(jobFiles.config(jobDir), ConfigAgentsSchema);
   if (!config) throw new InputError([{ file: jobDir, message: 'not a job folder (it has no config.json)' }]);
@@ -125,7 +126,7 @@ async function checkOptions(jobDir: string, options: ExportOptions) {
     }
   }
   if (options.output) {
-    const dir = await stat(path.dirname(path.resolve(options.output))).catch(() => undefined);
+    const dir = await ifPresent(stat(path.dirname(path.resolve(options.output))));
     if (!dir?.isDirectory())
       throw new InputError([{ file: ARGS, field: '-o', message: `no folder for ${options.output}` }]);
   }

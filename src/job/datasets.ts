@@ -2,7 +2,7 @@ import { isDeepStrictEqual } from 'node:util';
 
 import type { Problem } from '../errors';
 import { InputError } from '../errors';
-import type { PinnedTask } from '../registry/git-cache';
+import type { PinnedTask } from '../registry/schema';
 import { fetchTasks, pinTasks } from '../registry/git-cache';
 import { findDataset, readRegistry, registryLabel } from '../registry/load';
 import type { EnvironmentRequirement, Task } from '../task/load';

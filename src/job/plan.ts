@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 
-import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/agent';
+import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/config';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement, providerSettings } from '../environments';

@@ -4,7 +4,7 @@
  * when the upstream cannot be reached or rejects the key). `--skip-preflight` for upstreams with no model list.
  * Keys are read where the worker reads them: this process's environment, through the agent's `env`.
  */
-import { catalogueAgent, usesGateway } from '../agents/agent';
+import { catalogueAgent, usesGateway } from '../agents/config';
 import type { WireApi } from '../agents/builtin';
 import { resolveEnv } from '../env-vars';
 import type { Problem } from '../errors';

@@ -4,7 +4,7 @@ import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
 import { parseBytes, parseCpus } from '../quantity';
-import { TASK_ERROR_TYPES } from '../trial/types';
+import { TASK_ERROR_TYPES } from '../trial/errors';
 import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
 
 /** Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway). */

@@ -6,23 +6,10 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 
 import { InputError } from '../errors';
-import { isDirectory } from '../task/load';
-import type { RegistryTask } from './schema';
+import { isDirectory } from '../files/absent';
+import type { PinnedTask, RegistryTask } from './schema';
 
 const run = promisify(execFile);
-
-/** A registry task pinned to a full commit: what config.json keeps so a resume runs exactly the same files. */
-export interface PinnedTask {
-  name: string;
-  git_url: string;
-  git_commit_id: string;
-  path: string;
-}
-
-/** A pinned registry task and its dataset (`name@version`): enough for any host to fetch it. */
-export interface RegistryTaskSource extends PinnedTask {
-  dataset: string;
-}
 
 /** Says which dataset and task a git failure belongs to, in one line. */
 export class TaskDownloadError extends Error {

@@ -22,3 +22,16 @@ export const RegistryDatasetSchema = z.looseObject({
 export type RegistryDataset = z.infer<typeof RegistryDatasetSchema>;
 
 export const RegistrySchema = z.array(RegistryDatasetSchema);
+
+/** A registry task pinned to a full commit: what config.json keeps so a resume runs exactly the same files. */
+export interface PinnedTask {
+  name: string;
+  git_url: string;
+  git_commit_id: string;
+  path: string;
+}
+
+/** A pinned registry task and its dataset (`name@version`): enough for any host to fetch it. */
+export interface RegistryTaskSource extends PinnedTask {
+  dataset: string;
+}

@@ -1,4 +1,4 @@
-import { isDirectory } from '../task/load';
+import { isDirectory } from '../files/absent';
 import type { TrialSpec } from '../trial/types';
 import { cachedTaskDir, fetchTasks } from './git-cache';
 

@@ -46,6 +46,12 @@ export async function readJson<T>(file: string): Promise<T | undefined> {
   }
 }
 
+/**
+ * The folders of the container's /logs that are collected, each into the trial folder's folder of the same name.
+ * Nothing else: what an agent writes beside them (/logs/trial.log, /logs/result.json) would replace Rollout's own.
+ */
+export const LOG_FOLDERS = ['agent', 'verifier'] as const;
+
 /** Where things live in a job folder. */
 export const jobFiles = {
   config: (jobDir: string) => path.join(jobDir, 'config.json'),

@@ -1,6 +1,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 
+import { ifPresent } from '../files/absent';
 import type { PlannedTrial } from '../job/plan';
 import { jobFiles } from './files';
 import type { TrialResult } from './trial-result';
@@ -90,7 +91,7 @@ function readTrialResult(jobDir: string, trialName: string): TrialResult | null 
 }
 
 async function readPlan(jobDir: string): Promise<PlannedTrial[] | undefined> {
-  const text = await readFile(jobFiles.plan(jobDir), 'utf8').catch(() => undefined);
+  const text = await ifPresent(readFile(jobFiles.plan(jobDir), 'utf8'));
   if (text === undefined) return undefined;
   return text
     .split('\n')

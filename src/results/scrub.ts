@@ -10,6 +10,7 @@ import { createReadStream } from 'node:fs';
 import { lstat, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
+import { ifPresent } from '../files/absent';
 import { openFreshFile } from '../environments/host-files';
 
 export const REDACTED = '[REDACTED]';
@@ -124,7 +125,7 @@ async function scrubFile(file: string, scrubber: SecretScrubber): Promise<boolea
 async function freeName(dir: string, name: string): Promise<string> {
   for (let n = 1; ; n++) {
     const candidate = n === 1 ? name : `${name}-${n}`;
-    if (!(await lstat(path.join(dir, candidate)).catch(() => undefined))) return candidate;
+    if (!(await ifPresent(lstat(path.join(dir, candidate))))) return candidate;
   }
 }
 

@@ -13,7 +13,8 @@ import { lastLoopConversation, openAiMessage } from '../export/sources';
 import { kindOf } from '../export/trials';
 import type { TrialResult } from '../results/trial-result';
 import type { RemoteRollouts, RolloutMetadata } from './remote-rollouts';
-import type { Route } from './server';
+import type { Route } from './route';
+import { METADATA_KEYS } from './tracing-url';
 
 /** The paths the processor calls; `loopback_without_token` lets loopback clients call them without a token. */
 export const EVAL_PROTOCOL_PATHS = new Set([
@@ -24,33 +25,6 @@ export const EVAL_PROTOCOL_PATHS = new Set([
   '/v1/logs',
   '/v1/traces/pointwise',
 ]);
-
-const METADATA_KEYS = ['rollout_id', 'invocation_id', 'experiment_id', 'run_id', 'row_id'] as const;
-const TRACING_PATH = new RegExp(
-  `^(.*?)${METADATA_KEYS.map((key) => `/${key}/[^/]+`).join('')}(?:/encoded_base_url/([A-Za-z0-9_=-]+))?/?$`
-);
-
-/**
- * The model URL a rollout's agent should reach, from the /init `model_base_url`: a tracing URL on this very server
- * stands for the model it encodes (`encoded_base_url`, which Eval Protocol adds from `completion_params.base_url`);
- * any other URL is the model's (or another proxy's) and is kept as it is. Throws when the URL names this server
- * and no model.
- */
-export function upstreamModelUrl(modelBaseUrl: string, isThisServer: (url: URL) => boolean): string {
-  let url: URL;
-  try {
-    url = new URL(modelBaseUrl);
-  } catch {
-    return modelBaseUrl;
-  }
-  if (!isThisServer(url)) return modelBaseUrl;
-  const match = TRACING_PATH.exec(url.pathname);
-  if (match?.[2]) return Buffer.from(match[2], 'base64url').toString('utf8');
-  throw new Error(
-    `model_base_url: ${modelBaseUrl} is this server, with no model behind it: give the model's URL, or as ` +
-      "Eval Protocol's RemoteRolloutProcessor does, completion_params.base_url (it is encoded into the tracing URL)"
-  );
-}
 
 const TagsQuery = z.looseObject({
   tags: z.union([z.string(), z.array(z.string())]),

@@ -14,12 +14,12 @@ import { z } from 'zod';
 import type { trialWorkflow } from '../../workflows';
 import { namedTrial } from '../api/rollout';
 import { boundedId, sanitize } from '../job/plan';
-import { startTrialWorkflow } from '../job/submit';
+import { startTrialWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
 import { sealEnv } from '../secrets/sealed-env';
-import { upstreamModelUrl } from './eval-protocol';
+import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
 import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
 

@@ -10,23 +10,13 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 
 import { EVAL_PROTOCOL_PATHS, evalProtocolRoutes } from './eval-protocol';
+import type { Route } from './route';
 import type { InitRequest } from './remote-rollouts';
 import { BadInitError, StatusResponseSchema } from './remote-rollouts';
 import type { RemoteRollouts } from './remote-rollouts';
 
 const ErrorSchema = z.object({ error: z.string() });
 const PUBLIC_PATHS = new Set(['/health', '/openapi.json']);
-
-interface Route {
-  method: 'GET' | 'POST' | 'DELETE';
-  path: string;
-  summary: string;
-  body?: z.ZodType;
-  query?: z.ZodObject;
-  params?: z.ZodObject;
-  responses: Record<number, z.ZodType>;
-  handler: (input: { body: unknown; query: unknown; params: unknown }, reply: FastifyReply) => Promise<unknown>;
-}
 
 export interface ServeDeps {
   token: string;
@@ -39,8 +29,6 @@ export interface ServeDeps {
   /** Further routes (sessions), registered the same way. */
   routes?: Route[];
 }
-
-export type { Route };
 
 export function buildServer(deps: ServeDeps): FastifyInstance {
   // No request logging: /init bodies carry API keys.

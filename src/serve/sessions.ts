@@ -29,7 +29,7 @@ import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
 import { sessionTools } from '../trial/session-tools';
 import type { SessionLimits, SessionRecord, ToolCall } from '../trial/session-types';
 import type { TrialSpec } from '../trial/types';
-import type { Route } from './server';
+import type { Route } from './route';
 import { WarmPool } from './warm-pool';
 import { InputError } from '../errors';
 

@@ -4,41 +4,12 @@ import { parse as parseToml } from 'smol-toml';
 
 import type { Problem } from '../errors';
 import { zodProblems } from '../errors';
-import type { RegistryTaskSource } from '../registry/git-cache';
-import type { TaskConfig, TaskResources } from './schema';
+import { isDirectory, isFile } from '../files/absent';
+import type { Task, TaskConfig, TaskStep } from './schema';
 import { TaskConfigSchema, taskResources } from './schema';
 
-/**
- * A task folder, read and validated: instruction, config and what it provides. For a multi-step task (`[[steps]]`),
- * the instruction, solution and tests are those of its first step until `taskAtStep` (src/task/steps.ts) gives the
- * view of another one.
- */
-export interface Task {
-  name: string;
-  dir: string;
-  config: TaskConfig;
-  instruction: string;
-  resources: TaskResources;
-  hasSolution: boolean;
-  /** The folder the oracle runs solve.sh from. */
-  solutionDir: string;
-  /** Folders copied to /tests in this order (a step's own tests/ over the task's shared one). */
-  testsDirs: string[];
-  /** The `[[steps]]` in order; empty for a single-step task. */
-  steps: TaskStep[];
-  /** A registry task: where it comes from, so a worker on another host can fetch it into its own cache. */
-  source?: RegistryTaskSource;
-}
-
-/** One step of a multi-step task, read from steps/<name>/. */
-export interface TaskStep {
-  name: string;
-  dir: string;
-  instruction: string;
-  hasSolution: boolean;
-  /** The task's shared tests/ (when it exists), then the step's own (when it exists): copied to /tests in order. */
-  testsDirs: string[];
-}
+// The task's shape lives with its schema (a leaf the agent contract reads); re-exported for the loader's callers.
+export type { Task, TaskStep } from './schema';
 
 export type TaskLoad = { task: Task; problems: [] } | { task?: undefined; problems: Problem[] };
 
@@ -259,20 +230,6 @@ function firstInvalidUtf8(bytes: Buffer): number {
 }
 
 const REPLACEMENT_CHARACTER = Buffer.from('\uFFFD');
-
-export async function isFile(file: string): Promise<boolean> {
-  return stat(file).then(
-    (s) => s.isFile(),
-    () => false
-  );
-}
-
-export async function isDirectory(dir: string): Promise<boolean> {
-  return stat(dir).then(
-    (s) => s.isDirectory(),
-    () => false
-  );
-}
 
 function firstLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';

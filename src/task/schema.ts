@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
 import { parseBytes, parseCpus } from '../quantity';
+import type { RegistryTaskSource } from '../registry/schema';
 
 /**
  * task.toml: the spec's format (version = "1.0", memory = "2G") and Harbor's newer one (schema_version = "1.4",
@@ -219,4 +220,36 @@ function taskBytes(value: string | number): number {
   if (!harbor) return parseBytes(value);
   const unit = { G: 2 ** 30, M: 2 ** 20, K: 2 ** 10 }[(harbor[2] as string).toUpperCase() as 'G' | 'M' | 'K'];
   return Number(harbor[1]) * unit;
+}
+
+/**
+ * A task folder, read and validated: instruction, config and what it provides. For a multi-step task (`[[steps]]`),
+ * the instruction, solution and tests are those of its first step until `taskAtStep` (src/task/steps.ts) gives the
+ * view of another one.
+ */
+export interface Task {
+  name: string;
+  dir: string;
+  config: TaskConfig;
+  instruction: string;
+  resources: TaskResources;
+  hasSolution: boolean;
+  /** The folder the oracle runs solve.sh from. */
+  solutionDir: string;
+  /** Folders copied to /tests in this order (a step's own tests/ over the task's shared one). */
+  testsDirs: string[];
+  /** The `[[steps]]` in order; empty for a single-step task. */
+  steps: TaskStep[];
+  /** A registry task: where it comes from, so a worker on another host can fetch it into its own cache. */
+  source?: RegistryTaskSource;
+}
+
+/** One step of a multi-step task, read from steps/<name>/. */
+export interface TaskStep {
+  name: string;
+  dir: string;
+  instruction: string;
+  hasSolution: boolean;
+  /** The task's shared tests/ (when it exists), then the step's own (when it exists): copied to /tests in order. */
+  testsDirs: string[];
 }

@@ -8,7 +8,8 @@ import { copyFile, mkdtemp, rename, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { shellQuote } from '../agents/builtin';
+import { ifPresent } from '../files/absent';
+import { shellQuote } from '../shell';
 import type { Environment } from '../environments/environment';
 import type { CollectBudget } from '../environments/host-files';
 import type { ArtifactEntry, TaskConfig } from '../task/schema';
@@ -108,7 +109,7 @@ async function collectArtifact(
   if (entry.source === ARTIFACTS_CONVENTION_DIR && !entry.exclude.length && !entry.destination) {
     // A folder when it exists: no probe, one transfer (every trial collects it); a missing one writes nothing.
     await environment.download(from, entry.source, hostPath, budget);
-    return (await stat(hostPath).catch(() => undefined)) ? { source: entry.source, hostPath } : null;
+    return (await ifPresent(stat(hostPath))) ? { source: entry.source, hostPath } : null;
   }
   const source = shellQuote(entry.source);
   const excludes = entry.exclude.map((pattern) => shellQuote(`--exclude=${pattern}`)).join(' ');
@@ -147,7 +148,7 @@ export async function placeArtifacts(
   collected: CollectedArtifact[]
 ): Promise<void> {
   for (const { source, hostPath } of collected) {
-    const isDir = (await stat(hostPath).catch(() => undefined))?.isDirectory();
+    const isDir = (await ifPresent(stat(hostPath)))?.isDirectory();
     if (isDir === undefined) continue;
     if (isDir) {
       await environment.upload(handle, hostPath, source);

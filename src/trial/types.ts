@@ -2,12 +2,18 @@
  * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
-import { API_ERROR_TYPES, UPSTREAM_ERROR_TYPES } from '../gateway/errors';
+import { UPSTREAM_ERROR_TYPES } from '../gateway/errors';
 import type { RateLimitRule } from '../gateway/rate-window';
 import type { EnvironmentType } from '../job/schema';
-import type { RegistryTaskSource } from '../registry/git-cache';
+import type { RegistryTaskSource } from '../registry/schema';
 import type { TrialUsage } from '../results/usage';
-import type { MinReward, MultiStepRewardStrategy } from './step-rewards';
+import type { TrialErrorType } from './errors';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR } from './errors';
+
+/** A multi-step task's `min_reward`: one number for the primary reward, or a minimum per reward key. */
+export type MinReward = number | Record<string, number>;
+/** How a multi-step task's rewards come from its steps'. */
+export type MultiStepRewardStrategy = 'mean' | 'final';
 
 export const STEPS = ['build', 'start', 'install', 'execute', 'verify', 'collect', 'stop', 'cleanup'] as const;
 export type StepName = (typeof STEPS)[number];
@@ -120,32 +126,9 @@ export interface RetryPolicy {
   maxWaitSec: number;
 }
 
-/**
- * Error types a trial can end with. Task-level ones are outcomes of the task or agent (retried only per job.yaml
- * `retry`, scored 0 when no reward), except the model API's own failures (UPSTREAM_ERROR_TYPES), which are not scored;
- * infrastructure ones are failures of Rollout's machinery after retries (excluded from metrics).
- */
-export const TASK_ERROR_TYPES = [
-  'EnvironmentBuildError',
-  'EnvironmentStartError',
-  'EnvironmentBrokenError',
-  'AgentInstallError',
-  'AgentInstallTimeoutError',
-  'AgentTimeoutError',
-  'SolutionNotFoundError',
-  'MissingEnvironmentVariableError',
-  'VerifierTimeoutError',
-  'RewardFileNotFoundError',
-  'RewardFileParseError',
-  // A multi-step task's steps/<name>/workdir/setup.sh exited non-zero.
-  'StepSetupError',
-  // Model API failures seen at the gateway, when the agent then failed.
-  ...API_ERROR_TYPES,
-] as const;
-export type TaskErrorType = (typeof TASK_ERROR_TYPES)[number];
-export const INFRASTRUCTURE_ERROR = 'InfrastructureError';
-export const CANCELLED_ERROR = 'CancelledError';
-export type TrialErrorType = TaskErrorType | typeof INFRASTRUCTURE_ERROR | typeof CANCELLED_ERROR;
+// The error kinds live in ./errors (a leaf the job schema reads too); re-exported for the shapes that name them.
+export { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES } from './errors';
+export type { TaskErrorType, TrialErrorType } from './errors';
 
 export interface TrialError {
   type: TrialErrorType;

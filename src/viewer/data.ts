@@ -5,6 +5,7 @@
 import { open, readdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 
+import { ifPresent } from '../files/absent';
 import { jobFiles, readJson } from '../results/files';
 import type { JobTrial } from '../results/job-folder';
 import { readJobTrials } from '../results/job-folder';
@@ -69,7 +70,7 @@ export async function findJobDirs(root: string): Promise<string[]> {
 }
 
 async function isJobDir(dir: string): Promise<boolean> {
-  return (await stat(jobFiles.config(dir)).catch(() => undefined))?.isFile() ?? false;
+  return (await ifPresent(stat(jobFiles.config(dir))))?.isFile() ?? false;
 }
 
 export async function readJobSummary(dir: string): Promise<JobSummary> {
@@ -274,7 +275,7 @@ export function usageByAgent(rows: readonly TrialRow[]): Map<string, UsageTotals
 
 /** A file shown in part: its first `limit` bytes, and its size. */
 export async function readHead(file: string, limit: number): Promise<{ text: string; size: number } | undefined> {
-  const info = await stat(file).catch(() => undefined);
+  const info = await ifPresent(stat(file));
   if (!info?.isFile()) return undefined;
   const handle = await open(file, 'r');
   try {
@@ -302,5 +303,5 @@ export async function trialFiles(trialDir: string): Promise<{ path: string; size
 }
 
 export async function readText(file: string): Promise<string | undefined> {
-  return readFile(file, 'utf8').catch(() => undefined);
+  return ifPresent(readFile(file, 'utf8'));
 }

@@ -4,6 +4,7 @@ import { stat } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
+import { ifPresent } from '../files/absent';
 import type { TrialFilter } from './data';
 import type { LinkContext } from './html';
 import { NotFound, Site, readAsset, temporalUi } from './site';
@@ -117,7 +118,7 @@ async function handle(site: Site, ctx: LinkContext, request: http.IncomingMessag
   }
   if (first === 'jobs' && job && third === 'trials' && trial && fifth === 'files' && rest.length > 0) {
     const file = await site.trialFile(job, trial, rest);
-    const info = await stat(file).catch(() => undefined);
+    const info = await ifPresent(stat(file));
     if (!info?.isFile()) throw new NotFound('no such file');
     response.writeHead(200, {
       'content-type': 'application/octet-stream',

@@ -6,6 +6,7 @@
 import { open, stat } from 'node:fs/promises';
 import path from 'node:path';
 
+import { ifPresent } from '../files/absent';
 import type { VNode } from './html';
 import { fmt, html } from './html';
 
@@ -89,7 +90,7 @@ export async function readTrajectory(trialDir: string): Promise<Trajectory | und
 }
 
 async function readCapped(file: string): Promise<{ text: string; truncated: boolean } | undefined> {
-  const info = await stat(file).catch(() => undefined);
+  const info = await ifPresent(stat(file));
   if (!info?.isFile()) return undefined;
   const handle = await open(file, 'r');
   try {

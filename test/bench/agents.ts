@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { cpus, loadavg } from 'node:os';
 
 import type { AgentRun } from '../../src/agents/agent';
-import { createAgent } from '../../src/agents/agent';
+import { createAgent } from '../../src/agents/create';
 import { BUILTIN_AGENTS } from '../../src/agents/registry';
 import { CA_TRUST_ENV, hostCaBundle, caBundleStart } from '../../src/environments/ca-trust';
 import { DockerEnvironment } from '../../src/environments/docker';

@@ -14,7 +14,7 @@ import type { JobProgress } from '../../workflows/messages';
 import { createWorkers } from '../../workers/create-workers';
 import { loadJobFile } from '../../src/job/load';
 import { planJob } from '../../src/job/plan';
-import { jobInput, saveJobFolder, startJobWorkflow } from '../../src/job/submit';
+import { jobInput, saveJobFolder, startJobWorkflow } from '../../src/api/submit';
 import { TEST_ADDRESS } from './temporal';
 
 export async function writeLocalJob(options: {

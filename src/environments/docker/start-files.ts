@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
-import { shellQuote } from '../../agents/builtin';
+import { shellQuote } from '../../shell';
 import { hostCacheDir } from '../../host-cache';
 import type { EnvironmentHandle } from '../../trial/types';
 import { packedFiles } from '../archives';

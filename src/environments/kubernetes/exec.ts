@@ -10,7 +10,7 @@ import { PassThrough } from 'node:stream';
 import type { Exec, V1Status } from '@kubernetes/client-node';
 import tarFs from 'tar-fs';
 
-import { shellQuote } from '../../agents/builtin';
+import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../trial/types';
 import type { ExecRequest, ExecResult } from '../environment';
 import { TaskEnvironmentError } from '../environment';

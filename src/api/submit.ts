@@ -8,19 +8,13 @@ import type { trialWorkflow } from '../../workflows/trial';
 import { InputError } from '../errors';
 import { jobFiles, readJson, writeJsonAtomic } from '../results/files';
 import { JOB_TASK_QUEUE } from '../temporal/queues';
-import {
-  RolloutAgent,
-  RolloutAttempt,
-  RolloutDataset,
-  RolloutJob,
-  RolloutStatus,
-  RolloutTask,
-} from '../temporal/search-attributes';
+import { RolloutJob } from '../temporal/search-attributes';
+import { trialStartOptions } from '../temporal/trial-start';
 import type { TrialSpec } from '../trial/types';
 import { CANCELLED_ERROR } from '../trial/types';
-import type { ResolvedJob } from './load';
-import type { JobPlan } from './plan';
-import { writePlanFile } from './plan-file';
+import type { ResolvedJob } from '../job/load';
+import type { JobPlan } from '../job/plan';
+import { writePlanFile } from '../job/plan-file';
 
 /**
  * config.json (the job as resolved, registry datasets pinned to full commits; secrets stay `${VAR}`) and plan.jsonl. An existing job folder with a different
@@ -124,22 +118,12 @@ export async function startTrialWorkflow(
   memo?: Record<string, unknown>
 ): Promise<WorkflowHandle<typeof trialWorkflow>> {
   const start = client.workflow.start<typeof trialWorkflow>('trialWorkflow', {
-    workflowId: spec.trialId,
+    ...trialStartOptions(spec),
     ...(memo ? { memo } : {}),
     taskQueue: JOB_TASK_QUEUE,
-    args: [spec],
     workflowIdConflictPolicy: 'USE_EXISTING',
     // A finished trial keeps its result: the same id again returns it rather than running anew.
     workflowIdReusePolicy: 'REJECT_DUPLICATE',
-    staticSummary: `${spec.taskName} · ${spec.agentName}`,
-    typedSearchAttributes: [
-      { key: RolloutJob, value: spec.jobName },
-      { key: RolloutTask, value: spec.taskName },
-      { key: RolloutAgent, value: spec.agentName },
-      { key: RolloutDataset, value: spec.datasetName },
-      { key: RolloutAttempt, value: spec.attempt },
-      { key: RolloutStatus, value: 'running' },
-    ],
   });
   try {
     return await start;

@@ -1,0 +1,73 @@
+/** `rollout status <job>`: a job folder's results on disk, or a job's live progress from the Temporal server. */
+import { existsSync } from 'node:fs';
+
+import { InputError } from '../errors';
+import { jobWorkflowId } from '../job/plan';
+import { jobFiles, readJson } from '../results/files';
+import type { JobResult } from '../results/job-result';
+import { connectClient, resolveTemporal } from '../temporal/connect';
+import type { GateOptions } from './gate';
+import { applyGate, gateRequested } from './gate';
+import { jobExists, queryProgress, runningTrialSteps } from './inspect';
+import { renderEvals, renderReport } from './report';
+
+/** The status of a job folder (when it holds a result) or of a job on the server; the exit code (the gate's). */
+export async function jobStatus(job: string, gate: GateOptions): Promise<number> {
+  return existsSync(jobFiles.result(job)) ? folderStatus(job, gate) : serverStatus(job, gate);
+}
+
+/** `rollout status <job folder>`: the job's result.json as the final report, then the gate. */
+async function folderStatus(jobDir: string, gate: GateOptions): Promise<number> {
+  const result = await readJson<JobResult>(jobFiles.result(jobDir));
+  if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'not a readable job result' }]);
+  console.log(
+    `job ${result.job_name}: ${result.status} · ${result.n_finished_trials}/${result.n_total_trials} finished`
+  );
+  console.log(renderReport(result));
+  return gateRequested(gate) ? applyGate(jobDir, result.job_name, result, gate) : 0;
+}
+
+/** `rollout status <job name>`: live from the Temporal server; the gate reads the job's folder (from its memo). */
+async function serverStatus(job: string, gate: GateOptions): Promise<number> {
+  const endpoint = await resolveTemporal({ startDevServer: false });
+  const { connection, client } = await connectClient(endpoint);
+  try {
+    if (!(await jobExists(client, job)))
+      throw new InputError([{ file: job, message: 'no such job on this Temporal server (or give its folder)' }]);
+    const progress = await queryProgress(client, job);
+    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
+    const jobDir = String(memo?.jobDir);
+    if (!progress) {
+      // No worker runs the Job workflow: its result.json (written as trials finish) has the counts and metrics.
+      const saved = await readJson<JobResult>(jobFiles.result(jobDir));
+      console.log(
+        `job ${job}: no worker answered (start one, or run the job again to attach)` +
+          (saved ? `; as of ${saved.updated_at}, from ${jobFiles.result(jobDir)}:` : '')
+      );
+      if (saved) {
+        console.log(`job ${job}: ${saved.status} · ${saved.n_finished_trials}/${saved.n_total_trials} finished`);
+        console.log(renderReport(saved));
+      }
+    } else {
+      const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
+      console.log(
+        `job ${job}: ${progress.status} · ${progress.finished}/${progress.total} finished · ${progress.running} running · ` +
+          `${progress.completed} completed · ${progress.errored} errored · ${progress.infrastructureErrors} infrastructure errors · ` +
+          `${progress.cancelled} cancelled · mean reward ${progress.meanReward?.toFixed(4) ?? '–'}`
+      );
+      if (errors.length) console.log(`errors: ${errors.join(', ')}`);
+      if (Object.keys(progress.evals).length) console.log(renderEvals(progress.evals));
+    }
+    for (const trial of await runningTrialSteps(client, job)) {
+      console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
+    }
+    if (!gateRequested(gate)) return 0;
+    const result = await readJson<JobResult>(jobFiles.result(jobDir));
+    if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'no job result on disk yet' }]);
+    if (result.status === 'running')
+      console.log(`gate on ${result.n_finished_trials}/${result.n_total_trials} finished trials`);
+    return await applyGate(jobDir, job, result, gate);
+  } finally {
+    await connection.close();
+  }
+}

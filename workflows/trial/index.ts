@@ -1,0 +1,2 @@
+/** The Trial workflow (./workflow). */
+export { trialWorkflow } from './workflow';

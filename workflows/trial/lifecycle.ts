@@ -1,0 +1,170 @@
+/** One pass through a trial's lifecycle on one host: build, start, install, execute, verify, collect; then release. */
+import { CancellationScope, isCancellation, log, proxyActivities, setCurrentDetails } from '@temporalio/workflow';
+
+import type { ProviderActivities } from '../../activities';
+import { providerQueue } from '../../src/temporal/queues';
+import type {
+  CleanupError,
+  BuiltImage,
+  CollectReport,
+  EnvironmentHandle,
+  ExecuteOutcome,
+  StepName,
+  StepTiming,
+  TrialSpec,
+} from '../../src/trial/types';
+import { INFRASTRUCTURE_ERROR } from '../../src/trial/types';
+import type { TrialState } from '../messages';
+import type { HostActivities } from './activities';
+import { HOUSEKEEPING_HEARTBEAT_MS, hostActivities } from './activities';
+import type { StepPlacement } from './local-steps';
+import { placeSteps } from './local-steps';
+import type { Outcome } from './outcome';
+import { classify, emptyOutcome } from './outcome';
+import { runTaskSteps } from './task-steps';
+
+export /** One pass through the lifecycle on one host. Task errors end the pass; infrastructure errors ask for a restart. */
+async function runOnce(
+  spec: TrialSpec,
+  state: TrialState,
+  steps: Partial<Record<StepName, StepTiming>>,
+  {
+    builtImages,
+    cleanupErrors,
+    placement,
+    cancelledIn,
+  }: {
+    builtImages: BuiltImage[];
+    cleanupErrors: CleanupError[];
+    placement: StepPlacement;
+    cancelledIn: { step: StepName | null };
+  }
+): Promise<Outcome> {
+  const outcome = emptyOutcome();
+  const { claimHost } = proxyActivities<ProviderActivities>({
+    taskQueue: providerQueue(spec.environmentType),
+    startToCloseTimeout: '1 minute',
+    heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
+    retry: { initialInterval: '1s', maximumInterval: '10s' },
+  });
+  const { hostQueue, hostBound } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType });
+  state.hostQueue = hostQueue;
+  placeSteps(placement, hostQueue, hostBound ?? true);
+  const host = hostActivities(spec, hostQueue, hostBound ?? true, placement);
+
+  const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
+    state.step = name;
+    setCurrentDetails(`**${spec.trialName}**: ${name} on \`${hostQueue}\``);
+    log.debug(`trial ${spec.trialName}: ${name} on ${hostQueue}`);
+    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
+    steps[name] = timing;
+    try {
+      return await run();
+    } finally {
+      timing.finished_at = new Date().toISOString();
+    }
+  };
+
+  let handle: EnvironmentHandle | null = null;
+  let collected = false;
+  try {
+    const image = await step('build', () => host.buildEnvironment({ spec }));
+    outcome.image = image.image;
+    // Recorded at once: a trial cancelled later still reports it, so its job releases it.
+    if (image.built) builtImages.push({ hostQueue, image: image.image });
+    const started = await step('start', () => host.startEnvironment({ spec, image: image.image }));
+    handle = started.handle;
+    outcome.unenforced = started.unenforced;
+    const environment = handle;
+    // Histories recorded before installs reported the agent return nothing here.
+    outcome.agent =
+      spec.agentWithoutInstall ??
+      (await step('install', () => host.installAgent({ spec, handle: environment }))) ??
+      null;
+    if (spec.multiStep) {
+      await runTaskSteps(spec, spec.multiStep, host, step, environment, outcome, steps);
+    } else {
+      const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
+      outcome.agentExitCode = execution.exitCode;
+      if (execution.timedOut) {
+        // The agent's processes are already dead; the verifier still grades what it left.
+        outcome.error = {
+          type: 'AgentTimeoutError',
+          message: `agent exceeded ${spec.timeouts.execute} s`,
+          step: 'execute',
+        };
+      }
+      if (spec.verify) {
+        try {
+          outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
+        } catch (err) {
+          const error = classify(err, 'verify');
+          if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
+          outcome.error ??= error;
+        }
+      }
+    }
+    // The agent ran and was graded: logs that cannot be collected are reported, never a reason to run it again.
+    await step('collect', () => host.collectLogs({ spec, handle: environment, taskStep: outcome.taskStep })).then(
+      (report) => (outcome.collected = report),
+      (err: unknown) => {
+        if (isCancellation(err)) throw err;
+        cleanupErrors.push({ ...classify(err, 'collect'), host: hostQueue });
+      }
+    );
+    collected = true;
+  } catch (err) {
+    if (isCancellation(err)) {
+      cancelledIn.step = state.step;
+      throw err;
+    }
+    const error = classify(err, state.step ?? 'trial');
+    if (error.type === INFRASTRUCTURE_ERROR) outcome.restart = error;
+    else outcome.error ??= error;
+  } finally {
+    await CancellationScope.nonCancellable(() =>
+      releaseEnvironment(spec, host, handle, collected, steps, state, {
+        taskStep: outcome.taskStep,
+        onCollected: (report) => (outcome.collected = report),
+        cleanupErrors,
+      })
+    );
+  }
+  return outcome;
+}
+
+/**
+ * Collect (if not done yet), stop and clean up. A failure does not stop the rest, and is recorded in the result
+ * (`cleanup_errors`) and trial.log: logs may be missing, or a container left for the host's janitor (a host that is
+ * gone cannot be cleaned from here).
+ */
+async function releaseEnvironment(
+  spec: TrialSpec,
+  host: HostActivities,
+  handle: EnvironmentHandle | null,
+  collected: boolean,
+  steps: Partial<Record<StepName, StepTiming>>,
+  state: TrialState,
+  {
+    taskStep,
+    onCollected,
+    cleanupErrors,
+  }: { taskStep?: string; onCollected: (report: CollectReport) => void; cleanupErrors: CleanupError[] }
+): Promise<void> {
+  const attempt = async (name: StepName, run: () => Promise<void>) => {
+    state.step = name;
+    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
+    steps[name] = timing;
+    try {
+      await run();
+    } catch (err) {
+      cleanupErrors.push({ ...classify(err, name), host: state.hostQueue });
+    }
+    timing.finished_at = new Date().toISOString();
+  };
+  if (handle && !collected) {
+    await attempt('collect', async () => onCollected(await host.collectLogs({ spec, handle, taskStep })));
+  }
+  if (handle) await attempt('stop', () => host.stopEnvironment({ spec, handle }));
+  await attempt('cleanup', () => host.cleanupEnvironment({ spec }));
+}
