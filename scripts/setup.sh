@@ -78,8 +78,9 @@ fi
 log "$(temporal --version)"
 
 # --- npm dependencies --------------------------------------------------------
-# `npm install`, not `npm ci`: npm 11 writes lock files without the entries of optional platform packages this
-# registry does not list (@swc/core-*), and `npm ci` then refuses them. `npm install` still follows the lock file.
+# `npm install` follows the lock file and leaves it unchanged: package-lock.json holds every platform's optional
+# packages (@swc/core-*), as a fresh clone's install writes them (test/lockfile.test.ts keeps it so; npm drops them
+# when it rewrites the lock in a tree that lacks them, npm/cli#4828).
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   log "npm install"
   npm install --no-audit --no-fund --loglevel=error

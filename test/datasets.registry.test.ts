@@ -325,7 +325,7 @@ describe('registry datasets from a git server', () => {
       name: 'broken',
       version: 'missing-path',
     });
-    assert.equal(job.run.code, 3, job.run.stderr);
+    assert.equal(job.run.code, 2, job.run.stderr);
     const errors = job.run.stderr.split('\n').filter((line) => line.startsWith('error:'));
     assert.equal(errors.length, 1, job.run.stderr);
     assert.match(errors[0] ?? '', /broken@missing-path: task ghost: git:\/\/127\.0\.0\.1:\d+\/tasks\.git: no folder/);

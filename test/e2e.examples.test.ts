@@ -153,7 +153,7 @@ describe('examples/job.yaml end to end', () => {
     const gated = await runCli(['status', jobName, '--fail-under', 'reward=0.4', '--max-errors', '0'], { cwd: dir });
     assert.equal(gated.code, 0, gated.stdout);
     const jobs = await runCli(['jobs'], { cwd: dir });
-    assert.match(jobs.stdout, new RegExp(`^${jobName}\tCOMPLETED\t`, 'm'));
+    assert.match(jobs.stdout, new RegExp(`^${jobName}\\s+completed\\s`, 'm'));
     const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });
     assert.equal(unknown.code, 2);
     assert.match(unknown.stderr, /no-such-job: no such job/);

@@ -27,7 +27,7 @@ import {
   LABEL_TRIAL,
   TaskEnvironmentError,
 } from '../src/environments/environment';
-import { extractArchive } from '../src/environments/host-files';
+import { CollectBudget, extractArchive } from '../src/environments/host-files';
 import type { EnvironmentHandle } from '../src/trial/types';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
 import { TEST_HOST_ID } from './support/temporal';
@@ -544,6 +544,24 @@ describe('extractArchive', () => {
     assert.equal(await extractArchive(fileForFolder, await scratchDir(), undefined, '', selection), false);
     const tooMuchElse = archiveOf([{ name: 'logs/other.bin', text: 'x'.repeat(101) }]);
     assert.equal(await extractArchive(tooMuchElse, await scratchDir(), undefined, '', selection), false);
+  });
+
+  it('reports the files it collected, not the folders holding them; the limit bounds both', async () => {
+    const entries = [
+      { name: 'logs', type: 'directory' as const },
+      { name: 'logs/agent', type: 'directory' as const },
+      { name: 'logs/agent/a.txt', text: 'a' },
+      { name: 'logs/agent/b.txt', text: 'b' },
+      { name: 'logs/verifier', type: 'directory' as const },
+      { name: 'logs/verifier/reward.txt', text: '1' },
+      { name: 'logs/verifier/test-stdout.txt', text: 'ok' },
+    ];
+    const budget = new CollectBudget({ maxFiles: 100, maxBytes: 1000 });
+    await extractArchive(archiveOf(entries), await scratchDir(), budget);
+    assert.deepEqual(budget.report(), { files: 4, bytes: 5, limit_reached: null, cut: [] });
+    const tight = new CollectBudget({ maxFiles: 3, maxBytes: 1000 });
+    await extractArchive(archiveOf(entries), await scratchDir(), tight);
+    assert.deepEqual(tight.report(), { files: 2, bytes: 2, limit_reached: 'files', cut: ['verifier'] });
   });
 
   it('never writes through a link already on the host, in a folder or a file', async () => {

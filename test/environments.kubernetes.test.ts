@@ -1,6 +1,9 @@
 /**
- * The kubernetes environment against the stand-in Kubernetes API server (test/support/kubernetes-stand-in.ts): real
- * containers of the local Docker engine behind its pods, @kubernetes/client-node talking to it through a kubeconfig.
+ * The kubernetes environment, @kubernetes/client-node talking through a kubeconfig to a real cluster (`npm run
+ * test:k8s`: by default the local single-node cluster of scripts/k8s-cluster.sh). In `npm test`, the stand-in API
+ * server (test/support/kubernetes-stand-in.ts: real containers of the local Docker engine behind its pods) serves
+ * only the two cases a real cluster cannot be made to produce here: an API server that speaks only the v4 exec
+ * protocol (clusters before 1.30), and a kubelet's eviction (it takes real memory pressure on the node).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -16,16 +19,22 @@ import type { StartRequest } from '../src/environments/environment';
 import { KubernetesEnvironment, PodLostError } from '../src/environments/kubernetes';
 import type { EnvironmentHandle } from '../src/trial/types';
 import { removeAbandonedEnvironments } from '../workers/janitor';
-import type { KubernetesStandIn } from './support/kubernetes-stand-in';
 import { startKubernetesStandIn } from './support/kubernetes-stand-in';
+import type { KubernetesTarget } from './support/kubernetes-target';
+import { ON_CLUSTER, startKubernetesTarget } from './support/kubernetes-target';
 import { testTemporal } from './support/temporal';
+import { waitFor } from './support/wait';
 
-const NAMESPACE = 'rollout-test';
 const IMAGE = 'debian:bookworm-slim';
 const run = randomBytes(3).toString('hex');
 let dir: string;
-let standIn: KubernetesStandIn;
+let target: KubernetesTarget;
+let NAMESPACE: string;
 let environment: KubernetesEnvironment;
+const standInOnly = ON_CLUSTER ? 'the stand-in only: a real cluster cannot produce this case here' : false;
+const clusterOnly = ON_CLUSTER
+  ? false
+  : 'on a real cluster (npm run test:k8s): the stand-in serves only what one cannot';
 
 function kubeConfigOf(file: string): () => KubeConfig {
   return () => {
@@ -34,6 +43,12 @@ function kubeConfigOf(file: string): () => KubeConfig {
     return config;
   };
 }
+
+const failure = (promise: Promise<unknown>) =>
+  promise.then(
+    () => null,
+    (err: unknown) => err
+  );
 
 function startRequest(name: string, overrides: Partial<StartRequest> = {}): StartRequest {
   return {
@@ -51,52 +66,59 @@ function startRequest(name: string, overrides: Partial<StartRequest> = {}): Star
   };
 }
 
-describe('kubernetes environment on the stand-in API server', () => {
+describe(`kubernetes environment (${ON_CLUSTER ? 'cluster' : 'stand-in API server'})`, () => {
   before(async () => {
     dir = await mkdtemp(path.join(tmpdir(), 'rollout-k8s-'));
-    standIn = await startKubernetesStandIn({ dir, namespace: NAMESPACE });
+    const started = await startKubernetesTarget({ dir, namespace: 'rollout-test' });
+    if (typeof started === 'string') throw new Error(started);
+    target = started;
+    NAMESPACE = target.namespace;
     environment = new KubernetesEnvironment({
       hostId: 'h-k8s',
       deployment: `test-${run}`,
-      kubeConfig: kubeConfigOf(standIn.kubeconfig),
+      kubeConfig: kubeConfigOf(target.kubeconfig),
     });
   });
   after(async () => {
-    await standIn.close();
+    await target.close();
     await rm(dir, { recursive: true, force: true });
   });
 
-  it('starts a pod as the spec asks (stand-in): keep-alive args, resources, deadline, labels, Never restarts', async () => {
-    const { handle, unenforced } = await environment.start(
-      startRequest('spec-check', {
-        resources: { cpus: 0.5, memoryBytes: 2 ** 28, storageBytes: 2 ** 30, pidsLimit: 64 },
-      })
-    );
-    try {
-      const pod = standIn.pods(NAMESPACE).find((p) => handle.id === `${NAMESPACE}/${p.metadata?.name}`);
-      assert.ok(pod, `pod of ${handle.id} listed`);
-      const container = pod.spec!.containers[0]!;
-      assert.equal(container.command, undefined, "the image's entrypoint is kept");
-      assert.deepEqual(container.args, ['sleep', 'infinity']);
-      assert.deepEqual(container.resources?.limits, {
-        cpu: '500m',
-        memory: `${2 ** 28}`,
-        'ephemeral-storage': `${2 ** 30}`,
-      });
-      assert.deepEqual(container.resources?.requests, container.resources?.limits);
-      assert.equal(pod.spec!.restartPolicy, 'Never');
-      assert.ok((pod.spec!.activeDeadlineSeconds ?? 0) >= 120, 'deadline covers the trial budget');
-      assert.equal(pod.metadata?.labels?.['rollout.deployment'], `test-${run}`);
-      assert.equal(pod.metadata?.labels?.['rollout.job'], `k8s-${run}`);
-      assert.equal(pod.metadata?.annotations?.['rollout.trial'], `k8s-${run}/spec-check`);
-      assert.deepEqual(unenforced, ['pids']);
-      assert.equal(handle.workdir, '/');
-    } finally {
-      await environment.remove(handle);
+  it(
+    'starts a pod as the spec asks: keep-alive args, resources, deadline, labels, Never restarts',
+    { skip: clusterOnly },
+    async () => {
+      const { handle, unenforced } = await environment.start(
+        startRequest('spec-check', {
+          resources: { cpus: 0.5, memoryBytes: 2 ** 28, storageBytes: 2 ** 30, pidsLimit: 64 },
+        })
+      );
+      try {
+        const pod = (await target.pods()).find((p) => handle.id === `${NAMESPACE}/${p.metadata?.name}`);
+        assert.ok(pod, `pod of ${handle.id} listed`);
+        const container = pod.spec!.containers[0]!;
+        assert.equal(container.command, undefined, "the image's entrypoint is kept");
+        assert.deepEqual(container.args, ['sleep', 'infinity']);
+        assert.deepEqual(container.resources?.limits, {
+          cpu: '500m',
+          memory: `${2 ** 28}`,
+          'ephemeral-storage': `${2 ** 30}`,
+        });
+        assert.deepEqual(container.resources?.requests, container.resources?.limits);
+        assert.equal(pod.spec!.restartPolicy, 'Never');
+        assert.ok((pod.spec!.activeDeadlineSeconds ?? 0) >= 120, 'deadline covers the trial budget');
+        assert.equal(pod.metadata?.labels?.['rollout.deployment'], `test-${run}`);
+        assert.equal(pod.metadata?.labels?.['rollout.job'], `k8s-${run}`);
+        assert.equal(pod.metadata?.annotations?.['rollout.trial'], `k8s-${run}/spec-check`);
+        assert.deepEqual(unenforced, ['pids']);
+        assert.equal(handle.workdir, '/');
+      } finally {
+        await environment.remove(handle);
+      }
     }
-  });
+  );
 
-  describe('with a running pod', () => {
+  describe('with a running pod', { skip: clusterOnly }, () => {
     let handle: EnvironmentHandle;
     before(async () => {
       handle = (await environment.start(startRequest('exec'))).handle;
@@ -114,7 +136,6 @@ describe('kubernetes environment on the stand-in API server', () => {
       const failed = await environment.exec(handle, { command: 'echo oops >&2; exit 7' });
       assert.equal(failed.exitCode, 7);
       assert.equal(failed.stderr, 'oops\n');
-      assert.ok(standIn.execProtocols.includes('v5.channel.k8s.io'));
     });
 
     it('uploads a folder and a file by tar over exec stdin', async () => {
@@ -172,11 +193,14 @@ describe('kubernetes environment on the stand-in API server', () => {
         await connection.close();
       }
       assert.equal((await environment.heldEnvironments()).length, 0);
-      assert.equal(standIn.pods(NAMESPACE).length, 0);
+      await waitFor(
+        'the pod to be gone',
+        async () => (await target.pods(`rollout.deployment=test-${run}`)).length === 0
+      );
     });
   });
 
-  it('speaks the v4 channel protocol too (stand-in accepting only v4)', async () => {
+  it('speaks the v4 channel protocol too (stand-in accepting only v4)', { skip: standInOnly }, async () => {
     const v4 = await startKubernetesStandIn({ dir, namespace: NAMESPACE, protocols: ['v4.channel.k8s.io'] });
     const old = new KubernetesEnvironment({
       hostId: 'h-k8s',
@@ -194,7 +218,7 @@ describe('kubernetes environment on the stand-in API server', () => {
     }
   });
 
-  it('an image that cannot be pulled is a task error carrying the pod events (stand-in)', async () => {
+  it('an image that cannot be pulled is a task error carrying the pod events', { skip: clusterOnly }, async () => {
     const missing = `rollout-k8s-missing-${run}:never`;
     await assert.rejects(environment.start(startRequest('pull', { image: missing })), (err: unknown) => {
       assert.ok(err instanceof TaskEnvironmentError, String(err));
@@ -206,42 +230,59 @@ describe('kubernetes environment on the stand-in API server', () => {
     assert.equal(await environment.removeTrial(`k8s-${run}/pull`, { namespace: NAMESPACE }), 1);
   });
 
-  it('a request no node can ever hold (GPUs here) is a task error naming it, with the scheduler events (stand-in)', async () => {
-    const request = startRequest('gpu', {
-      resources: { cpus: 1, memoryBytes: 2 ** 28, storageBytes: 0, pidsLimit: 64 },
-      gpus: 1,
-    });
-    await assert.rejects(environment.start(request), (err: unknown) => {
-      assert.ok(err instanceof TaskEnvironmentError, String(err));
-      assert.match(err.message, /cannot be scheduled: it requests .*nvidia\.com\/gpu 1, more than any/);
-      assert.match(err.message, /FailedScheduling: 0\/1 nodes are available: 1 Insufficient nvidia\.com\/gpu/);
-      return true;
-    });
-    const pod = standIn.pods(NAMESPACE).find((p) => p.metadata?.annotations?.['rollout.trial'] === request.trialId);
-    assert.equal(pod?.spec?.containers[0]?.resources?.limits?.['nvidia.com/gpu'], '1');
-    await environment.removeTrial(request.trialId, { namespace: NAMESPACE });
-  });
+  it(
+    'a request no node can ever hold (GPUs here) is a task error naming it, with the scheduler events',
+    { skip: clusterOnly },
+    async () => {
+      const request = startRequest('gpu', {
+        resources: { cpus: 1, memoryBytes: 2 ** 28, storageBytes: 0, pidsLimit: 64 },
+        gpus: 1,
+      });
+      await assert.rejects(environment.start(request), (err: unknown) => {
+        assert.ok(err instanceof TaskEnvironmentError, String(err));
+        assert.match(err.message, /cannot be scheduled: it requests .*nvidia\.com\/gpu 1, more than any/);
+        assert.match(err.message, /FailedScheduling: 0\/1 nodes are available: 1 Insufficient nvidia\.com\/gpu/);
+        return true;
+      });
+      const pod = (await target.pods()).find((p) => p.metadata?.annotations?.['rollout.trial'] === request.trialId);
+      assert.equal(pod?.spec?.containers[0]?.resources?.limits?.['nvidia.com/gpu'], '1');
+      await environment.removeTrial(request.trialId, { namespace: NAMESPACE });
+    }
+  );
 
-  it('an evicted or deleted pod is lost to the cluster (PodLostError, an infrastructure failure)', async () => {
-    const evicted = (await environment.start(startRequest('evicted'))).handle;
-    const name = evicted.id.split('/')[1]!;
-    const failure = (promise: Promise<unknown>) =>
-      promise.then(
-        () => null,
-        (err: unknown) => err
-      );
-    const running = failure(environment.exec(evicted, { command: 'sleep 60' }));
+  /** The error of a long exec in a pod that `lose` takes away meanwhile. */
+  async function execUnder(name: string, lose: (podName: string) => Promise<void>): Promise<unknown> {
+    const { handle } = await environment.start(startRequest(name));
+    const running = failure(environment.exec(handle, { command: 'sleep 60' }));
     await new Promise((resolve) => setTimeout(resolve, 500));
-    await standIn.evict(NAMESPACE, name);
-    const evictedError = await running;
-    assert.ok(evictedError instanceof PodLostError && /Evicted/.test(evictedError.message), String(evictedError));
-    await environment.remove(evicted);
+    await lose(handle.id.split('/')[1]!);
+    const error = await running;
+    await environment.remove(handle);
+    return error;
+  }
 
-    const deleted = (await environment.start(startRequest('deleted'))).handle;
-    const sleeping = failure(environment.exec(deleted, { command: 'sleep 60' }));
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    await standIn.deletePod(NAMESPACE, deleted.id.split('/')[1]!);
-    const deletedError = await sleeping;
-    assert.ok(deletedError instanceof PodLostError && /deleted/.test(deletedError.message), String(deletedError));
+  it(
+    'an evicted pod is lost to the cluster (PodLostError, an infrastructure failure)',
+    { skip: standInOnly },
+    async () => {
+      const error = await execUnder('evicted', (pod) => target.standIn!.evict(NAMESPACE, pod));
+      assert.ok(error instanceof PodLostError && /Evicted/.test(error.message), String(error));
+    }
+  );
+
+  it(
+    'a pod deleted under a running exec is lost to the cluster (PodLostError, an infrastructure failure)',
+    { skip: clusterOnly },
+    async () => {
+      const error = await execUnder('deleted', (pod) => target.deletePod(pod));
+      assert.ok(error instanceof PodLostError && /deleted/.test(error.message), String(error));
+    }
+  );
+
+  it('no pod of these tests is left', { skip: clusterOnly }, async () => {
+    await waitFor(
+      'the pods to be gone',
+      async () => (await target.pods(`rollout.deployment=test-${run}`)).length === 0
+    );
   });
 });

@@ -97,6 +97,22 @@ describe('CI gate on a finished job folder', () => {
     assert.match(xml, /name="alpha__solver__1" time="8\.000"><\/testcase>/);
   });
 
+  it("names the primary key in a JUnit failure: a reward.json task's first key, not `reward`", async () => {
+    const keyed = await writeJobFolder(dir, {
+      name: 'keyed',
+      trials: [
+        { task: 'word-count', agent: 'greeter', attempt: 1, rewards: { words: 1, lines: 0 } },
+        { task: 'silent', agent: 'greeter', attempt: 1, rewards: {} },
+      ],
+      metrics: ['mean'],
+    });
+    const file = path.join(dir, 'out', 'keyed.xml');
+    assert.equal((await runCli(['status', keyed, '--junit', file], { cwd: dir })).code, 0);
+    const xml = await readFile(file, 'utf8');
+    assert.match(xml, /name="word-count__greeter__1" [^>]*><failure type="reward" message="lines 0 &lt; 1"\/>/);
+    assert.match(xml, /name="silent__greeter__1" [^>]*><failure type="reward" message="no reward 0 &lt; 1"\/>/);
+  });
+
   it('keeps exit 2 for bad input over 4: a malformed threshold, a key no eval reports', async () => {
     const malformed = await runCli(['status', jobDir, '--fail-under', 'reward=lots', '--max-errors', '0'], {
       cwd: dir,

@@ -73,11 +73,13 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
   const builtImages: BuiltImage[] = [];
   const cleanupErrors: CleanupError[] = [];
   const placement: StepPlacement = { hostQueue: null, here: false };
+  // The step a cancellation reached the trial in (clean-up then moves state.step on): what its result names.
+  const cancelledIn: { step: StepName | null } = { step: null };
   let retries = 0;
 
   try {
     for (;;) {
-      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors, placement });
+      outcome = await runOnce(spec, state, steps, { builtImages, cleanupErrors, placement, cancelledIn });
       if (!outcome.restart) {
         // job.yaml `retry`: a task error the user chose to retry (e.g. a rate limit) runs the trial again.
         const wait = retryWaitMs(spec.retry, outcome.error, retries);
@@ -98,7 +100,7 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
-    outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: state.step ?? 'trial' };
+    outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: cancelledIn.step ?? 'trial' };
   }
 
   const result: TrialResult = {
@@ -189,7 +191,13 @@ async function runOnce(
     builtImages,
     cleanupErrors,
     placement,
-  }: { builtImages: BuiltImage[]; cleanupErrors: CleanupError[]; placement: StepPlacement }
+    cancelledIn,
+  }: {
+    builtImages: BuiltImage[];
+    cleanupErrors: CleanupError[];
+    placement: StepPlacement;
+    cancelledIn: { step: StepName | null };
+  }
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
   const { claimHost } = proxyActivities<ProviderActivities>({
@@ -265,7 +273,10 @@ async function runOnce(
     );
     collected = true;
   } catch (err) {
-    if (isCancellation(err)) throw err;
+    if (isCancellation(err)) {
+      cancelledIn.step = state.step;
+      throw err;
+    }
     const error = classify(err, state.step ?? 'trial');
     if (error.type === INFRASTRUCTURE_ERROR) outcome.restart = error;
     else outcome.error ??= error;

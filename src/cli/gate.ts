@@ -157,7 +157,10 @@ export async function writeJunit(file: string, jobDir: string, jobName: string, 
       const reward = primaryReward(result.rewards) ?? 0;
       if (reward < passThreshold) {
         count.failures += 1;
-        body = `<failure type="reward" message="${xml(`reward ${reward} < ${passThreshold}`)}"/>`;
+        // Named by its key: a reward.json task's primary key is its first (e.g. `lines`), not `reward`.
+        const keys = Object.keys(result.rewards ?? {});
+        const key = keys.length > 0 ? primaryKey(keys) : 'no reward';
+        body = `<failure type="reward" message="${xml(`${key} ${reward} < ${passThreshold}`)}"/>`;
       } else body = '';
     }
     (suites.get(suite) ?? suites.set(suite, []).get(suite)!).push(`    ${open}${body}</testcase>`);

@@ -1,4 +1,4 @@
-import type { Client } from '@temporalio/client';
+import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 
 import type { JobProgress } from '../../workflows/messages';
@@ -59,6 +59,7 @@ export async function runningTrialSteps(client: Client, jobName: string): Promis
 
 export interface JobListing {
   jobName: string;
+  /** The job's own: running, completed or cancelled (a cancelled job's workflow completes); else Temporal's. */
   status: string;
   startTime: Date;
   closeTime: Date | undefined;
@@ -66,20 +67,32 @@ export interface JobListing {
 
 /** Jobs known to the server (closed ones until the namespace's retention drops them). */
 export async function listJobs(client: Client): Promise<JobListing[]> {
-  const jobs = new Map<string, JobListing>();
+  const newest = new Map<string, WorkflowExecutionInfo>();
   for await (const execution of client.workflow.list({ query: 'WorkflowType = "jobWorkflow"' })) {
     const jobName = execution.workflowId.replace(/^rollout-job\//, '');
     // Continue-as-new leaves one closed run per segment: the newest run speaks for the job.
-    const known = jobs.get(jobName);
-    if (known && known.startTime > execution.startTime) continue;
-    jobs.set(jobName, {
+    const known = newest.get(jobName);
+    if (!known || known.startTime <= execution.startTime) newest.set(jobName, execution);
+  }
+  const jobs = await Promise.all(
+    [...newest].map(async ([jobName, execution]) => ({
       jobName,
-      status: execution.status.name,
+      status: await jobStatus(client, execution),
       startTime: execution.startTime,
       closeTime: execution.closeTime,
-    });
-  }
-  return [...jobs.values()].sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
+    }))
+  );
+  return jobs.sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
+}
+
+/** A completed Job workflow returns its progress, whose status says whether the job completed or was cancelled. */
+async function jobStatus(client: Client, execution: WorkflowExecutionInfo): Promise<string> {
+  if (execution.status.name !== 'COMPLETED') return execution.status.name.toLowerCase();
+  const handle = client.workflow.getHandle<(input: unknown) => Promise<JobProgress>>(
+    execution.workflowId,
+    execution.runId
+  );
+  return (await handle.result()).status;
 }
 
 export async function jobExists(client: Client, jobName: string): Promise<boolean> {

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import type { CaTrustMode } from '../environments/ca-trust';
@@ -23,7 +23,7 @@ import { applyGate, gateRequested, parseGateOptions } from './gate';
 import { renderAgentList } from './agents';
 import { jobExists, listJobs, queryProgress, runningTrialSteps } from './inspect';
 import { formatDuration } from './progress';
-import { renderDatasetList, renderEvals, renderReport } from './report';
+import { renderDatasetList, renderEvals, renderReport, renderTable } from './report';
 import { cancelJob, resumeJob, runJobFile } from './run';
 import { checkTasks, initTask } from './tasks';
 import { buildEnvironments } from './build';
@@ -71,7 +71,9 @@ function withGateOptions(command: Command): Command {
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
-    .showHelpAfterError();
+    .showHelpAfterError()
+    // Usage errors are invalid input (exit 2, see main), not commander's exit 1; subcommands inherit this.
+    .exitOverride();
 
   withGateOptions(
     program
@@ -272,10 +274,13 @@ export function buildProgram(): Command {
       const endpoint = await resolveTemporal({ startDevServer: false });
       const { connection, client } = await connectClient(endpoint);
       try {
-        for (const job of await listJobs(client)) {
-          const took = job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : 'running';
-          console.log(`${job.jobName}\t${job.status}\t${job.startTime.toISOString()}\t${took}`);
-        }
+        const rows = (await listJobs(client)).map((job) => [
+          job.jobName,
+          job.status,
+          job.startTime.toISOString(),
+          job.closeTime ? formatDuration(job.closeTime.getTime() - job.startTime.getTime()) : '–',
+        ]);
+        console.log(renderTable([['job', 'status', 'started', 'took'], ...rows]));
       } finally {
         await connection.close();
       }
@@ -381,8 +386,19 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
     if (!(await jobExists(client, job)))
       throw new InputError([{ file: job, message: 'no such job on this Temporal server (or give its folder)' }]);
     const progress = await queryProgress(client, job);
+    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
+    const jobDir = String(memo?.jobDir);
     if (!progress) {
-      console.log(`job ${job}: no worker answered (start one, or run the job again to attach)`);
+      // No worker runs the Job workflow: its result.json (written as trials finish) has the counts and metrics.
+      const saved = await readJson<JobResult>(jobFiles.result(jobDir));
+      console.log(
+        `job ${job}: no worker answered (start one, or run the job again to attach)` +
+          (saved ? `; as of ${saved.updated_at}, from ${jobFiles.result(jobDir)}:` : '')
+      );
+      if (saved) {
+        console.log(`job ${job}: ${saved.status} · ${saved.n_finished_trials}/${saved.n_total_trials} finished`);
+        console.log(renderReport(saved));
+      }
     } else {
       const errors = Object.entries(progress.errorsByType).map(([type, n]) => `${type} ×${n}`);
       console.log(
@@ -397,8 +413,6 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
       console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
     }
     if (!gateRequested(gate)) return 0;
-    const { memo } = await client.workflow.getHandle(jobWorkflowId(job)).describe();
-    const jobDir = String(memo?.jobDir);
     const result = await readJson<JobResult>(jobFiles.result(jobDir));
     if (!result) throw new InputError([{ file: jobFiles.result(jobDir), message: 'no job result on disk yet' }]);
     if (result.status === 'running')
@@ -413,7 +427,10 @@ export async function main(argv: string[]): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {
-    if (err instanceof InputError) {
+    if (err instanceof CommanderError) {
+      // Commander printed the message (and the help); --help and --version end here too, with 0.
+      process.exitCode = err.exitCode === 0 ? 0 : EXIT_INPUT;
+    } else if (err instanceof InputError) {
       for (const line of err.message.split('\n')) console.error(`error: ${line}`);
       process.exitCode = EXIT_INPUT;
     } else {

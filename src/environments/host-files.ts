@@ -19,6 +19,8 @@ const CUT_PATHS_KEPT = 20;
  * host's disk holds. Once a limit is reached nothing more is written, and the report says what was cut.
  */
 export class CollectBudget {
+  /** Files and folders: the limit bounds both (empty folders cost the host too); the report counts files only. */
+  private entries = 0;
   private files = 0;
   private bytes = 0;
   private limitReached: CollectReport['limit_reached'] = null;
@@ -28,15 +30,16 @@ export class CollectBudget {
   constructor(private readonly limits: CollectLimits) {}
 
   /** Whether an entry of `size` bytes (0 for a folder) fits; once one does not, none after it does. */
-  admit(name: string, size: number): boolean {
-    if (!this.limitReached && this.files + 1 > this.limits.maxFiles) this.limitReached = 'files';
+  admit(name: string, size: number, kind: 'file' | 'folder'): boolean {
+    if (!this.limitReached && this.entries + 1 > this.limits.maxFiles) this.limitReached = 'files';
     if (!this.limitReached && this.bytes + size > this.limits.maxBytes) this.limitReached = 'bytes';
     if (this.limitReached) {
       if (this.cut.length < CUT_PATHS_KEPT) this.cut.push(name.slice(0, 300));
       else this.cutUncounted += 1;
       return false;
     }
-    this.files += 1;
+    this.entries += 1;
+    if (kind === 'file') this.files += 1;
     this.bytes += size;
     return true;
   }
@@ -120,7 +123,14 @@ export async function extractArchive(
       }
     } else if (target === undefined || target === root) {
       entry.resume();
-    } else if (budget && !budget.admit(path.join(reportAs, relative ?? ''), entry.header.size ?? 0)) {
+    } else if (
+      budget &&
+      !budget.admit(
+        path.join(reportAs, relative ?? ''),
+        entry.header.size ?? 0,
+        entry.header.type === 'directory' ? 'folder' : 'file'
+      )
+    ) {
       // Over a limit: stop reading, so an agent's endless output does not hold the step for its whole timeout.
       entry.resume();
       stop();

@@ -5,6 +5,7 @@ import { homedir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
+import { InputError } from '../errors';
 import { isDirectory } from '../task/load';
 import type { RegistryTask } from './schema';
 
@@ -222,11 +223,18 @@ async function fetchGroup(dataset: string, group: PinnedTask[], root: string): P
     await git(['checkout', '-q', '--detach', first.git_commit_id], at).catch((err: Error) => {
       throw fail(first, `cannot check out ${first.git_commit_id}: ${err.message}`);
     });
+    const absent: PinnedTask[] = [];
     for (const task of group) {
-      const source = path.join(scratch, task.path.replace(/^\/+|\/+$/g, ''));
-      if (!(await isDirectory(source))) {
-        throw fail(task, `no folder "${task.path}" at commit ${task.git_commit_id}`);
-      }
+      if (!(await isDirectory(path.join(scratch, task.path.replace(/^\/+|\/+$/g, ''))))) absent.push(task);
+    }
+    // The registry names what is not there: bad input (exit 2), every such task at once, not a failure of ours.
+    if (absent.length > 0) {
+      throw new InputError(
+        absent.map((task) => ({
+          file: `dataset ${dataset}`,
+          message: `task ${task.name}: ${task.git_url}: no folder "${task.path}" at commit ${task.git_commit_id}`,
+        }))
+      );
     }
     await fetchLfsFiles(scratch, group, at, fail);
     // Whole-repository tasks last: their rename moves the scratch folder itself.

@@ -4,9 +4,10 @@
  * kept in `<trial>/earlier-runs/<n>/llm-calls.jsonl`, and the trial's `usage` counts them. The trajectory is the
  * final run's.
  */
-import { mkdir, readdir, rename, rm } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 
+import { ifPresent } from '../files/absent';
 import { LLM_CALLS_FILE } from '../gateway/records';
 
 export const EARLIER_RUNS_DIR = 'earlier-runs';
@@ -16,17 +17,12 @@ export async function startTrialRun(trialDir: string): Promise<void> {
   const earlier = path.join(trialDir, EARLIER_RUNS_DIR);
   const calls = path.join(trialDir, 'agent', LLM_CALLS_FILE);
   const kept = (await listRuns(trialDir)).length;
-  try {
+  // Only a run that made model calls leaves a record: no earlier-runs/ folder for the others (the first run above all).
+  if (await ifPresent(stat(calls))) {
     await mkdir(path.join(earlier, String(kept + 1)), { recursive: true });
     await rename(calls, path.join(earlier, String(kept + 1), LLM_CALLS_FILE));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    await rm(path.join(earlier, String(kept + 1)), { recursive: true, force: true });
   }
-  const entries = await readdir(trialDir).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return [];
-    throw err;
-  });
+  const entries = (await ifPresent(readdir(trialDir))) ?? [];
   await Promise.all(
     entries
       .filter((name) => name !== EARLIER_RUNS_DIR)
@@ -40,9 +36,6 @@ export async function earlierCallFiles(trialDir: string): Promise<string[]> {
 }
 
 async function listRuns(trialDir: string): Promise<string[]> {
-  const names = await readdir(path.join(trialDir, EARLIER_RUNS_DIR)).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return [];
-    throw err;
-  });
+  const names = (await ifPresent(readdir(path.join(trialDir, EARLIER_RUNS_DIR)))) ?? [];
   return names.filter((name) => /^\d+$/.test(name)).sort((a, b) => Number(a) - Number(b));
 }

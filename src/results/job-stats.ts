@@ -92,10 +92,9 @@ export function addTrial(stats: JobStats, trial: TrialSummary): JobStats {
   group.n_trials += 1;
   if (trial.usage) group.usage = addUsage(group.usage ?? emptyUsage(), trial.usage);
   const errorType = trial.error?.type;
-  if (errorType) {
-    stats.errors_by_type[errorType] = (stats.errors_by_type[errorType] ?? 0) + 1;
-    group.n_errors += 1;
-  }
+  if (errorType) stats.errors_by_type[errorType] = (stats.errors_by_type[errorType] ?? 0) + 1;
+  // As `--max-errors` counts: task and infrastructure errors; a cancellation is not the trial's error.
+  if (errorType && errorType !== CANCELLED_ERROR) group.n_errors += 1;
   if (errorType === CANCELLED_ERROR) stats.n_cancelled += 1;
   else if (errorType === INFRASTRUCTURE_ERROR) stats.n_infrastructure_errors += 1;
   else if (errorType) stats.n_errored += 1;

@@ -1,12 +1,17 @@
 /**
- * A stand-in Kubernetes API server (no cluster can run on these machines): the subset of the core v1 API the
- * kubernetes environment uses, over plain HTTP, with real containers of the local Docker engine behind its pods, so
- * @kubernetes/client-node talks to it as to a cluster through a kubeconfig.
+ * A stand-in Kubernetes API server, for the two cases a real cluster (`npm run test:k8s`, scripts/k8s-cluster.sh)
+ * cannot be made to produce here: an API server that speaks only the v4 exec protocol (clusters before 1.30), and a
+ * kubelet's eviction of a pod (it takes real memory pressure on the node). Everything else runs on the real cluster.
+ * It serves the subset of the core v1 API those cases use, over plain HTTP, with real containers of the local Docker
+ * engine behind its pods, so @kubernetes/client-node talks to it as to a cluster through a kubeconfig: pods
+ * create/get/list/watch/delete (label and field selectors), pod status (Pending, Running and Ready, Failed with
+ * Evicted), and exec over websocket with Kubernetes' channel protocol (v5 with stdin close, or
+ * v4) and its status channel. Its "kubelet" runs each pod's one container, from an image the Docker engine has.
  *
- * Served: pods create/get/list/watch/delete (label and field selectors, all namespaces too), pod status (Pending,
- * Unschedulable, ErrImagePull, Running and Ready, Failed with Evicted or DeadlineExceeded, the container's exit),
- * events, one node (this Docker host's CPUs and memory, no GPUs), and exec over websocket with Kubernetes' channel
- * protocol (v5 with stdin close, or v4) and its status channel. Its "kubelet" runs each pod's one container.
+ * Fidelity gaps the real cluster showed (kept in mind where the stand-in is still used): a deleted pod's exec ends
+ * only once the kubelet has killed its container (seconds later; the stand-in removes it at once); a failed pull
+ * goes on to ImagePullBackOff with more events (Pulling, BackOff), and a cluster without DNS adds MissingClusterDNS
+ * events; the scheduler's preemption message differs.
  */
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
@@ -29,15 +34,6 @@ export const STAND_IN_LABEL = 'rollout.k8s-stand-in';
 interface PodRecord {
   pod: V1Pod;
   containerId?: string;
-  deadline?: NodeJS.Timeout;
-}
-
-interface StoredEvent {
-  namespace: string;
-  podName: string;
-  type: 'Normal' | 'Warning';
-  reason: string;
-  message: string;
 }
 
 interface Watcher {
@@ -72,18 +68,13 @@ export interface StandInOptions {
 export async function startKubernetesStandIn(options: StandInOptions): Promise<KubernetesStandIn> {
   const docker = new Docker();
   const id = randomUUID().slice(0, 8);
-  const info = (await docker.info()) as { NCPU: number; MemTotal: number };
-  const node = { cpus: info.NCPU, memoryBytes: info.MemTotal };
   const pods = new Map<string, PodRecord>();
-  const events: StoredEvent[] = [];
   const watchers = new Set<Watcher>();
   const execProtocols: string[] = [];
   const protocols = options.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
   let version = 1;
 
   const key = (namespace: string, name: string) => `${namespace}/${name}`;
-  const event = (pod: V1Pod, type: StoredEvent['type'], reason: string, message: string) =>
-    events.push({ namespace: pod.metadata!.namespace!, podName: pod.metadata!.name!, type, reason, message });
   const changed = (record: PodRecord, type: 'ADDED' | 'MODIFIED' | 'DELETED' = 'MODIFIED') => {
     record.pod.metadata!.resourceVersion = `${++version}`;
     for (const watcher of watchers) {
@@ -96,60 +87,11 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
     changed(record);
   };
 
-  /** What a kubelet would do with the pod: schedule it on the one node, pull, run, and watch its container. */
+  /** What a kubelet would do with the pod: run its container (from a local image) and watch it. */
   const runPod = async (record: PodRecord): Promise<void> => {
     const { pod } = record;
-    const spec = pod.spec!;
-    const container = spec.containers[0]!;
-    const requests = container.resources?.requests ?? {};
-    const insufficient = [
-      apiQuantity(requests.cpu ?? '0') > node.cpus ? 'cpu' : '',
-      apiQuantity(requests.memory ?? '0') > node.memoryBytes ? 'memory' : '',
-      Number(requests['nvidia.com/gpu'] ?? 0) > 0 ? 'nvidia.com/gpu' : '',
-    ].filter(Boolean);
-    if (insufficient.length) {
-      const message =
-        `0/1 nodes are available: ${insufficient.map((r) => `1 Insufficient ${r}`).join(', ')}. ` +
-        'preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.';
-      event(pod, 'Warning', 'FailedScheduling', message);
-      setStatus(record, {
-        phase: 'Pending',
-        conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message }],
-      });
-      return;
-    }
-    event(pod, 'Normal', 'Scheduled', `Successfully assigned ${key(pod.metadata!.namespace!, pod.metadata!.name!)}`);
-    setStatus(record, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True' }] });
+    const container = pod.spec!.containers[0]!;
     const image = container.image!;
-    const pulled = await docker
-      .getImage(image)
-      .inspect()
-      .then(
-        () => true,
-        () => false
-      );
-    if (!pulled) {
-      const failure = await pull(docker, image);
-      if (failure) {
-        event(pod, 'Warning', 'Failed', `Failed to pull image "${image}": ${failure}`);
-        event(pod, 'Warning', 'Failed', 'Error: ErrImagePull');
-        setStatus(record, {
-          containerStatuses: [
-            {
-              name: container.name,
-              image,
-              imageID: '',
-              ready: false,
-              restartCount: 0,
-              state: { waiting: { reason: 'ErrImagePull', message: failure } },
-            },
-          ],
-        });
-        return;
-      }
-      event(pod, 'Normal', 'Pulled', `Successfully pulled image "${image}"`);
-    }
-    if (!pods.has(key(pod.metadata!.namespace!, pod.metadata!.name!))) return; // deleted meanwhile
     const limits = container.resources?.limits ?? {};
     const created = await docker.createContainer({
       Image: image,
@@ -159,7 +101,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
       ...(container.workingDir ? { WorkingDir: container.workingDir } : {}),
       Labels: { [STAND_IN_LABEL]: id, 'io.kubernetes.pod.name': pod.metadata!.name! },
       HostConfig: {
-        NanoCpus: Math.round(Math.min(apiQuantity(limits.cpu ?? `${node.cpus}`), node.cpus) * 1e9),
         ...(limits.memory ? { Memory: apiQuantity(limits.memory) } : {}),
       },
     });
@@ -169,7 +110,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
       return;
     }
     await created.start();
-    event(pod, 'Normal', 'Started', `Started container ${container.name}`);
     setStatus(record, {
       phase: 'Running',
       startTime: new Date(),
@@ -189,40 +129,10 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
         },
       ],
     });
-    if (spec.activeDeadlineSeconds) {
-      record.deadline = setTimeout(() => {
-        void fail(record, 'DeadlineExceeded', `Pod was active on the node longer than the specified deadline`);
-      }, spec.activeDeadlineSeconds * 1000);
-      record.deadline.unref();
-    }
-    void created.wait().then(
-      (result: { StatusCode: number }) => {
-        if (!pods.has(key(pod.metadata!.namespace!, pod.metadata!.name!)) || record.pod.status?.phase !== 'Running') {
-          return;
-        }
-        setStatus(record, {
-          phase: result.StatusCode === 0 ? 'Succeeded' : 'Failed',
-          conditions: [{ type: 'Ready', status: 'False' }],
-          containerStatuses: [
-            {
-              name: container.name,
-              image,
-              imageID: image,
-              ready: false,
-              restartCount: 0,
-              state: { terminated: { exitCode: result.StatusCode, reason: result.StatusCode ? 'Error' : 'Completed' } },
-            },
-          ],
-        });
-      },
-      () => undefined
-    );
   };
 
-  /** The kubelet kills the pod's container and records why (eviction, deadline). */
+  /** The kubelet kills the pod's container and records why (eviction). */
   const fail = async (record: PodRecord, reason: string, message: string) => {
-    clearTimeout(record.deadline);
-    event(record.pod, 'Warning', reason, message);
     setStatus(record, { phase: 'Failed', reason, message, conditions: [{ type: 'Ready', status: 'False' }] });
     if (record.containerId)
       await docker
@@ -235,7 +145,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
     const record = pods.get(key(namespace, name));
     if (!record) return undefined;
     pods.delete(key(namespace, name));
-    clearTimeout(record.deadline);
     if (record.containerId)
       await docker
         .getContainer(record.containerId)
@@ -262,26 +171,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
       selects(labelSelector, pod.metadata?.labels ?? {}) &&
       selects(fieldSelector, { 'metadata.name': pod.metadata?.name ?? '' });
 
-    if (url.pathname === '/api/v1' && method === 'GET') {
-      return sendJson(response, 200, {
-        kind: 'APIResourceList',
-        groupVersion: 'v1',
-        resources: [{ name: 'pods', namespaced: true, kind: 'Pod', verbs: ['create', 'get', 'list', 'watch'] }],
-      });
-    }
-    if (url.pathname === '/api/v1/nodes' && method === 'GET') {
-      return sendJson(response, 200, {
-        kind: 'NodeList',
-        apiVersion: 'v1',
-        metadata: {},
-        items: [
-          {
-            metadata: { name: 'stand-in-node' },
-            status: { allocatable: { cpu: `${node.cpus}`, memory: `${node.memoryBytes}` } },
-          },
-        ],
-      });
-    }
     if (url.pathname === '/api/v1/pods' && method === 'GET') {
       return sendPods(response, [...pods.values()].map((r) => r.pod).filter(matches));
     }
@@ -291,19 +180,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
     const namespace = parts[3];
     const resource = parts[4];
     const name = parts[5];
-    if (resource === 'events' && method === 'GET') {
-      const podName = /involvedObject\.name=([^,]+)/.exec(fieldSelector ?? '')?.[1];
-      const items = events
-        .filter((e) => e.namespace === namespace && (!podName || e.podName === podName))
-        .map((e, index) => ({
-          metadata: { name: `${e.podName}.${index}`, namespace },
-          involvedObject: { kind: 'Pod', name: e.podName, namespace },
-          type: e.type,
-          reason: e.reason,
-          message: e.message,
-        }));
-      return sendJson(response, 200, { kind: 'EventList', apiVersion: 'v1', metadata: {}, items });
-    }
     if (resource !== 'pods') return sendStatus(response, 404, 'NotFound', `no resource ${resource}`);
 
     if (!name && method === 'POST') {
@@ -321,7 +197,6 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
       changed(record, 'ADDED');
       sendJson(response, 201, pod);
       void runPod(record).catch((err: unknown) => {
-        event(pod, 'Warning', 'Failed', (err as Error).message);
         setStatus(record, { phase: 'Failed', reason: 'StandInError', message: (err as Error).message });
       });
       return;
@@ -508,26 +383,6 @@ function selects(selector: string | null, values: Record<string, string>): boole
     if (!op) return name in values;
     return op === '!=' ? values[name] !== value : values[name] === value;
   });
-}
-
-/** Pulls an image; the failure's message, or null. */
-async function pull(docker: Docker, image: string): Promise<string | null> {
-  try {
-    const stream = await docker.pull(image);
-    let failure: string | null = null;
-    await new Promise<void>((resolve, reject) => {
-      docker.modem.followProgress(
-        stream,
-        (err) => (err ? reject(err) : resolve()),
-        (event: { error?: string }) => {
-          if (event.error) failure = event.error;
-        }
-      );
-    });
-    return failure;
-  } catch (err) {
-    return (err as Error).message.split('\n')[0] ?? 'pull failed';
-  }
 }
 
 function readBody(request: IncomingMessage): Promise<string> {

@@ -189,7 +189,7 @@ function hostVariables(): Record<string, string> {
 async function copyRegular(source: string, target: string, budget?: CollectBudget): Promise<void> {
   const info = await lstat(source);
   const name = path.basename(source);
-  if (info.isFile() && (!budget || budget.admit(name, info.size))) {
+  if (info.isFile() && (!budget || budget.admit(name, info.size, 'file'))) {
     await copyFresh(source, path.join(target, name));
   } else if (info.isDirectory()) {
     await copyFolder(source, target, budget, name);
@@ -204,11 +204,11 @@ async function copyFolder(source: string, target: string, budget?: CollectBudget
     const to = path.join(target, entry.name);
     const name = path.join(reportAs, entry.name);
     if (entry.isDirectory()) {
-      if (budget && !budget.admit(name, 0)) return;
+      if (budget && !budget.admit(name, 0, 'folder')) return;
       await makeRealDirectory(target, to);
       await copyFolder(from, to, budget, name);
     } else if (entry.isFile()) {
-      if (budget && !budget.admit(name, (await lstat(from)).size)) return;
+      if (budget && !budget.admit(name, (await lstat(from)).size, 'file')) return;
       await copyFresh(from, to);
     }
   }
