@@ -35,6 +35,7 @@ export function executeAgent(deps: ActivityDeps) {
           trialId: spec.trialId,
           agentDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
           upstreams: upstreamsFromEnv(run.env),
+          rateLimits: spec.rateLimits ?? [],
         });
         const environment = run.environment;
         run.gateway = await session.access(environment.gatewayHost ? await environment.gatewayHost() : undefined);

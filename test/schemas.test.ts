@@ -310,6 +310,43 @@ describe('job.yaml', () => {
     });
   });
 
+  it('reads rate_limits as the issue shows them; a rule without a limit, or an unknown upstream, names the field', async () => {
+    const job = await loadJobFile(
+      await jobFile(
+        [
+          'rate_limits:',
+          '  - match: { upstream: anthropic, model: "claude-*" }',
+          '    requests_per_minute: 400',
+          '    input_tokens_per_minute: 2000000',
+          '    max_concurrent: 64',
+          'agents: [{name: claude-code}]',
+          'datasets: [{path: d}]',
+          '',
+        ].join('\n')
+      )
+    );
+    assert.deepEqual(job.rate_limits, [
+      {
+        match: { upstream: 'anthropic', model: 'claude-*' },
+        requests_per_minute: 400,
+        input_tokens_per_minute: 2000000,
+        max_concurrent: 64,
+      },
+    ]);
+    for (const [rule, field, pattern] of [
+      ['{match: {upstream: azure}, requests_per_minute: 1}', 'rate_limits.0.match.upstream', /anthropic/],
+      ['{match: {model: "gpt-*"}}', 'rate_limits.0', /requests_per_minute, input_tokens_per_minute or max_concurrent/],
+    ] as const) {
+      const bad = await jobFile(`rate_limits: [${rule}]\nagents: [{name: a, execute: x}]\ndatasets: [{path: d}]\n`);
+      await assert.rejects(loadJobFile(bad), (err: unknown) => {
+        assert.ok(err instanceof InputError);
+        const problem = err.problems.find((p) => p.field === field);
+        assert.match(problem?.message ?? JSON.stringify(err.problems), pattern);
+        return true;
+      });
+    }
+  });
+
   it('retry waits grow from min_wait_sec, jittered, capped at max_wait_sec; only named errors, at most max_retries', () => {
     const policy = { errorTypes: ['ApiRateLimitError'], maxRetries: 3, minWaitSec: 2, maxWaitSec: 5 };
     const error = { type: 'ApiRateLimitError' as const, message: '', step: 'execute' as const };

@@ -11,6 +11,7 @@ import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/job/schema';
 import { ModelGateway } from '../src/gateway/gateway';
 import { maxWaitMsFromEnv } from '../src/gateway/retry-wait';
+import { TemporalRateLimits } from '../src/temporal/rate-limits';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import { leaseWorkerId } from './host-lease';
@@ -20,6 +21,8 @@ import { CountingTrialSlots } from './trial-slots';
 
 export interface WorkerSetOptions {
   connection: NativeConnection;
+  /** For the gateway's shared rate limits (leases from the deployment's limiter workflows); none: not shared. */
+  client?: Client;
   /** The Temporal server's address and namespace: the deployment whose environments these workers own. */
   address: string;
   namespace: string;
@@ -64,7 +67,10 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     hostId: workerId,
     slots,
     caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
-    gateway: new ModelGateway({ maxWaitMs: maxWaitMsFromEnv() }),
+    gateway: new ModelGateway({
+      maxWaitMs: maxWaitMsFromEnv(),
+      ...(options.client ? { sharedLimits: new TemporalRateLimits(options.client, owner.deployment) } : {}),
+    }),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {

@@ -2,3 +2,4 @@
 export { jobWorkflow } from './job';
 export { trialWorkflow } from './trial';
 export { sessionWorkflow } from './session';
+export { rateLimiterWorkflow } from './rate-limiter';

@@ -24,6 +24,9 @@ import type { ApiErrorType } from './errors';
 import { forward } from './forward';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from './records';
+import type { SharedRateLimits } from './rate-limits';
+import { estimatedInputTokens, matchingRules } from './rate-limits';
+import type { RateLimitRule } from './rate-window';
 import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
 import { UpstreamAgents } from './upstream-agents';
 import type { GatewayAccess, Upstreams } from './upstreams';
@@ -42,6 +45,8 @@ export interface TrialSessionOptions {
   /** The trial's `agent/` folder on this host: llm-calls.jsonl goes there. */
   agentDir: string;
   upstreams: Upstreams;
+  /** job.yaml `rate_limits`: shared limits (leases from the deployment's limiter) and per-worker concurrency caps. */
+  rateLimits?: RateLimitRule[];
 }
 
 export class TrialSession {
@@ -120,6 +125,8 @@ export interface ModelGatewayOptions {
   maxWaitMs?: number;
   /** The adaptive concurrency limit each upstream (origin) starts with, and its bounds. */
   adaptiveLimit?: AdaptiveLimitOptions;
+  /** Where leases of shared rate limits come from; without it, `rate_limits` rules only cap concurrency. */
+  sharedLimits?: SharedRateLimits;
 }
 
 export class ModelGateway {
@@ -157,14 +164,39 @@ export class ModelGateway {
     if (this.byTrial.get(session.pathId) === session) this.byTrial.delete(session.pathId);
   }
 
-  /** The concurrency limit toward an upstream (by origin: one vendor endpoint, whatever the trial). */
-  limitOf(target: URL): AdaptiveLimit {
-    let limit = this.limits.get(target.origin);
+  /**
+   * The concurrency limit of a call: a rule's `max_concurrent` when one matches (fixed), else the upstream's
+   * adaptive one (by origin: one vendor endpoint, whatever the trial).
+   */
+  limitOf(target: URL, rules: readonly RateLimitRule[] = []): AdaptiveLimit {
+    const capped = rules.find((rule) => rule.max_concurrent !== undefined);
+    const key = capped ? `max_concurrent ${JSON.stringify(capped.match)} ${capped.max_concurrent}` : target.origin;
+    let limit = this.limits.get(key);
     if (!limit) {
-      limit = new AdaptiveLimit(this.options.adaptiveLimit ?? ADAPTIVE_LIMIT_DEFAULTS);
-      this.limits.set(target.origin, limit);
+      const n = capped?.max_concurrent;
+      limit = new AdaptiveLimit(
+        n !== undefined ? { initial: n, min: n, max: n } : (this.options.adaptiveLimit ?? ADAPTIVE_LIMIT_DEFAULTS)
+      );
+      this.limits.set(key, limit);
     }
     return limit;
+  }
+
+  /** Waits for a lease of every shared limit the call falls under; returns the milliseconds waited. */
+  private async sharedLeases(rules: readonly RateLimitRule[], body: Buffer, res: http.ServerResponse): Promise<number> {
+    const shared = this.options.sharedLimits;
+    const limited = rules.filter((r) => r.requests_per_minute !== undefined || r.input_tokens_per_minute !== undefined);
+    if (!shared || limited.length === 0) return 0;
+    const begun = Date.now();
+    const gone = new AbortController();
+    const onClose = () => gone.abort();
+    res.once('close', onClose);
+    try {
+      for (const rule of limited) await shared.acquire(rule, estimatedInputTokens(body), gone.signal);
+    } finally {
+      res.off('close', onClose);
+    }
+    return Date.now() - begun;
   }
 
   async close(): Promise<void> {
@@ -233,9 +265,13 @@ export class ModelGateway {
 
     const started = Date.now();
     const seq = session.nextSeq();
+    const kind = dialect?.match(rest) ?? 'other';
+    const model = dialect?.model(body ?? {}, rest) ?? null;
+    const rules = kind === 'generate' ? matchingRules(session.options.rateLimits ?? [], vendor, model) : [];
+    const rateLimitWaitMs = await this.sharedLeases(rules, requestBody, res);
     const forwarded = await forward(
       { req, res, target, headers, body: requestBody, dialect },
-      { agents: this.agents, limit: this.limitOf(target), maxWaitMs: this.maxWaitMs }
+      { agents: this.agents, limit: this.limitOf(target, rules), maxWaitMs: this.maxWaitMs }
     );
     const { status, response } = forwarded;
     session.record({
@@ -244,10 +280,10 @@ export class ModelGateway {
       finished_at: new Date().toISOString(),
       latency_ms: Date.now() - started,
       dialect: dialect?.name ?? null,
-      kind: dialect?.match(rest) ?? 'other',
+      kind,
       method: req.method ?? 'GET',
       path: rest,
-      model: dialect?.model(body ?? {}, rest) ?? null,
+      model,
       stream: dialect ? dialect.stream(body ?? {}, rest, url.searchParams) : false,
       status,
       request: body ?? (requestBody.length ? requestBody.toString('utf8') : null),
@@ -255,7 +291,8 @@ export class ModelGateway {
       usage: dialect && status > 0 && status < 400 && response !== null ? dialect.usage(response) : null,
       error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
       attempts: forwarded.attempts,
-      waited_ms: forwarded.waitedMs,
+      waited_ms: forwarded.waitedMs + rateLimitWaitMs,
+      ...(rules.length > 0 ? { rate_limit_wait_ms: rateLimitWaitMs } : {}),
     });
   }
 }

@@ -29,8 +29,10 @@ export interface LlmCallRecord {
   error: { type: ApiErrorType | null; message: string } | null;
   /** Each request the gateway made upstream for this call (more than one when it retried); absent in older records. */
   attempts?: CallAttempt[];
-  /** Milliseconds the call waited at the gateway: for a slot toward the upstream and between attempts. */
+  /** Milliseconds the call waited at the gateway: for shared rate limits, a slot toward the upstream, retries. */
   waited_ms?: number;
+  /** Of `waited_ms`, the wait for leases of job.yaml `rate_limits` (present when a rule matched the call). */
+  rate_limit_wait_ms?: number;
 }
 
 /** One request upstream within a call. */

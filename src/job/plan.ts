@@ -114,6 +114,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
+            ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
             retry: job.retry
               ? {
                   errorTypes: job.retry.error_types,

@@ -30,6 +30,27 @@ const quantity = (parse: (v: string | number) => number) =>
     }
   });
 
+/** job.yaml `rate_limits`: one rule per upstream/model glob; calls over a limit wait at the gateway. */
+const RateLimitSchema = z
+  .strictObject({
+    match: z
+      .strictObject({
+        upstream: z.enum(['openai', 'anthropic', 'gemini']).optional(),
+        model: z.string().min(1).optional(),
+      })
+      .prefault({}),
+    requests_per_minute: z.number().positive().optional(),
+    input_tokens_per_minute: z.number().positive().optional(),
+    max_concurrent: z.number().int().positive().optional(),
+  })
+  .refine(
+    (rule) =>
+      rule.requests_per_minute !== undefined ||
+      rule.input_tokens_per_minute !== undefined ||
+      rule.max_concurrent !== undefined,
+    'a rule sets requests_per_minute, input_tokens_per_minute or max_concurrent'
+  );
+
 /** "0" means "not set" for the spec's override and ceiling keys. */
 const optionalSeconds = z.number().nonnegative().default(0);
 
@@ -264,6 +285,8 @@ export const JobConfigSchema = z
         max_wait_sec: z.number().nonnegative().default(60),
       })
       .optional(),
+    /** Limits on model calls through the gateway, shared by every worker of the deployment (docs/agents.md). */
+    rate_limits: z.array(RateLimitSchema).default([]),
     agents: z.array(AgentSchema).min(1, 'at least one agent is required'),
     datasets: z.array(DatasetSchema).min(1, 'at least one dataset is required'),
     services: z.array(ServiceSchema).default([]),

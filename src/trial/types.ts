@@ -3,6 +3,7 @@
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
 import { API_ERROR_TYPES, UPSTREAM_ERROR_TYPES } from '../gateway/errors';
+import type { RateLimitRule } from '../gateway/rate-window';
 import type { EnvironmentType } from '../job/schema';
 import type { RegistryTaskSource } from '../registry/git-cache';
 import type { TrialUsage } from '../results/usage';
@@ -68,6 +69,8 @@ export interface TrialSpec {
   agentEnv?: Record<string, string>;
   /** Agent env given for this trial alone and secret, sealed (src/secrets/sealed-env.ts): only ciphertext here. */
   sealedAgentEnv?: string;
+  /** job.yaml `rate_limits` (absent when none). */
+  rateLimits?: RateLimitRule[];
   /** job.yaml `retry`: task errors that run the trial again (absent in specs planned before it existed). */
   retry?: RetryPolicy | null;
   /**

@@ -137,6 +137,8 @@ export interface RecordedCall {
   usage: Usage | null;
   credential: string | null;
   requestBody: unknown;
+  /** When the request arrived (ms since the epoch). */
+  at: number;
 }
 
 export interface ScriptedSession {
@@ -843,6 +845,7 @@ export async function startScriptedModelServer(
       usage: null,
       credential: credentialOf(req, url),
       requestBody: text ? body : null,
+      at: Date.now(),
     };
     session.calls.push(record);
     const reply = (status: number, json: unknown, headers?: Record<string, string>) => {
