@@ -36,10 +36,17 @@ async function jobWith(environment: string[], name = jobName): Promise<void> {
   );
 }
 
-/** Containers the fixture provider labelled for this test's worker deployment. */
+/** Containers the fixture provider labelled for this test's job (other runs may share the Docker host). */
 function fixtureContainers(): string[] {
-  const out = execFileSync('docker', ['ps', '-aq', '--filter', 'label=rollout-fixture.trial'], { encoding: 'utf8' });
-  return out.split('\n').filter(Boolean);
+  const format = '{{.ID}} {{.Label "rollout-fixture.trial"}}';
+  const out = execFileSync('docker', ['ps', '-a', '--filter', 'label=rollout-fixture.trial', '--format', format], {
+    encoding: 'utf8',
+  });
+  return out
+    .split('\n')
+    .map((line) => line.split(' '))
+    .filter(([, trialId]) => trialId?.startsWith(`${jobName}/`))
+    .map(([id]) => id!);
 }
 
 describe('a provider from outside the repository (environment.import)', () => {
