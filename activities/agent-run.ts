@@ -6,6 +6,7 @@ import { Context } from '@temporalio/activity';
 import type { AgentRun } from '../src/agents/agent';
 import { catalogueAgent, createAgent, instructionVariable, loadAgentConfig } from '../src/agents/agent';
 import { installPlan } from '../src/agents/installed';
+import { providerOf } from '../src/environments';
 import { CA_TRUST_ENV } from '../src/environments/ca-trust';
 import { INSTRUCTION_FILE } from '../src/environments/environment';
 import type { AgentConfig, EnvironmentType } from '../src/job/schema';
@@ -49,9 +50,9 @@ export async function prepareAgentRun(
   return { agent: createAgent(config), run, config, task };
 }
 
-/** The host CA bundle for containers; a local environment is the host itself and needs none. */
+/** The host CA bundle for environments that take it; one that is the host itself (local) needs none. */
 export function containerCaBundle(deps: ActivityDeps, type: EnvironmentType): string | null {
-  return type === 'local' ? null : deps.caBundle;
+  return providerOf(type).capabilities.caTrust ? deps.caBundle : null;
 }
 
 /** The environment's own variables: the task's [environment.env], the CA trust variables and the instruction. */

@@ -47,11 +47,11 @@ export function buildEnvironment(deps: ActivityDeps) {
           timeoutMs: spec.timeouts.build * 1000,
           signal,
           onOutput: (line) => output.push(line),
-          ...(spec.kubernetes ? { kubernetes: spec.kubernetes } : {}),
+          settings: spec.environmentSettings,
         })
       );
       await log(spec, 'build', `image ${result.image}${result.built ? '' : ' (pre-built)'}`);
-      if (spec.environmentType === 'docker') {
+      if (verifiers.length) {
         for (const verifier of verifiers) {
           // Built now rather than in the verify step, whose time limit is the tests'.
           const built = await heartbeating((signal) =>

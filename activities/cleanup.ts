@@ -15,7 +15,7 @@ export function cleanupEnvironment(deps: ActivityDeps) {
   return async function cleanupEnvironment({ spec }: CleanupInput): Promise<void> {
     try {
       const removed = await heartbeating(() =>
-        deps.environment(spec.environmentType).removeTrial(spec.trialId, spec.kubernetes)
+        deps.environment(spec.environmentType).removeTrial(spec.trialId, spec.environmentSettings)
       );
       await log(spec, 'cleanup', `removed ${removed} environment(s)`);
     } finally {

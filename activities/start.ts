@@ -71,7 +71,7 @@ export function startEnvironment(deps: ActivityDeps) {
           // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
           files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
           setup: ca?.setup,
-          ...(spec.kubernetes ? { kubernetes: spec.kubernetes } : {}),
+          settings: spec.environmentSettings,
           budgetSec: trialBudgetSec(spec),
           timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
           signal,

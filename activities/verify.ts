@@ -124,8 +124,18 @@ export function runVerifier(deps: ActivityDeps) {
       // with the reset, in one exec, where nothing is collected that the reset would touch.
       const killLeftovers = leftoversKilledByVerifier(spec, task, environment);
       const resetFirst = killLeftovers && collectsNothingFirst(task);
-      if (resetFirst) await resetVerifierLogs(environment, handle, signal, true, environment.killAllCommand);
-      else if (killLeftovers) await environment.killAll(handle);
+      if (resetFirst) {
+        await resetVerifierLogs(environment, handle, signal, true, environment.killAllCommand).catch(
+          async (err: unknown) => {
+            // No process could start, or none will after the kill (a fork bomb's zombies hold the pids limit):
+            // killAll has other means (the docker provider restarts the container). Then the reset alone.
+            const reason = (err instanceof Error ? err.message : String(err)).split('\n')[0];
+            await log(spec, 'verify', `killing the agent's processes with the reset failed (${reason}): killAll`);
+            await environment.killAll(handle);
+            await resetVerifierLogs(environment, handle, signal, true);
+          }
+        );
+      } else if (killLeftovers) await environment.killAll(handle);
       const collected = await collectArtifacts(environment, handle, {
         hooks: task.config.verifier.collect,
         entries: task.config.artifacts,

@@ -14,3 +14,23 @@ export type { JobResult } from './results/job-result';
 export type { TrialResult } from './results/trial-result';
 export type { JobProgress } from '../workflows/messages';
 export type { EnvironmentType } from './job/schema';
+
+// The environment provider contract (docs/providers.md): what a provider from outside the repository implements.
+export type { Capability, EnvironmentProvider, ProviderCapabilities, RequirementTask } from './environments/provider';
+export { ProviderConfigError } from './environments/provider';
+export type {
+  BuildRequest,
+  BuildResult,
+  Environment,
+  EnvironmentOwner,
+  ExecRequest,
+  ExecResult,
+  HeldEnvironment,
+  ProviderSettings,
+  StartFile,
+  StartRequest,
+  StartResult,
+} from './environments/environment';
+export { TaskEnvironmentError } from './environments/environment';
+export type { CollectBudget } from './environments/host-files';
+export type { EnvironmentHandle } from './trial/types';

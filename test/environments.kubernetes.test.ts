@@ -59,7 +59,7 @@ function startRequest(name: string, overrides: Partial<StartRequest> = {}): Star
     workerId: 'h-k8s',
     resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 0, pidsLimit: 256 },
     env: { GREETING: 'hello from the pod' },
-    kubernetes: { namespace: NAMESPACE },
+    settings: { namespace: NAMESPACE },
     budgetSec: 120,
     timeoutMs: 60_000,
     ...overrides,

@@ -253,10 +253,17 @@ describe('environmentRequirement', () => {
 
   it('kubernetes needs an image_registry for a Dockerfile, and refuses docker-compose', async () => {
     const dir = await taskWith({ Dockerfile: 'FROM scratch' });
-    const [problem, ...rest] = await environmentRequirement({ type: 'kubernetes' })({ dir, config: config() });
+    const [problem, ...rest] = await environmentRequirement({ type: 'kubernetes', namespace: 'evals' })({
+      dir,
+      config: config(),
+    });
     assert.deepEqual(rest, []);
     assert.match(problem?.message ?? '', /set environment\.image_registry in job\.yaml/);
-    const withRegistry = environmentRequirement({ type: 'kubernetes', image_registry: 'registry.example/team' });
+    const withRegistry = environmentRequirement({
+      type: 'kubernetes',
+      namespace: 'evals',
+      image_registry: 'registry.example/team',
+    });
     assert.deepEqual(await withRegistry({ dir, config: config() }), []);
     const compose = await taskWith({ Dockerfile: 'FROM scratch', 'docker-compose.yaml': 'services: {}' });
     const [composeProblem] = await withRegistry({ dir: compose, config: config() });

@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
+import { judge, parseGateOptions } from '../src/cli/gate';
 import { runCli, workspace } from './support/cli';
 import { writeJobFolder } from './support/job-folder';
 import type { FixtureTrial } from './support/job-folder';
@@ -111,6 +112,33 @@ describe('CI gate on a finished job folder', () => {
     const xml = await readFile(file, 'utf8');
     assert.match(xml, /name="word-count__greeter__1" [^>]*><failure type="reward" message="lines 0 &lt; 1"\/>/);
     assert.match(xml, /name="silent__greeter__1" [^>]*><failure type="reward" message="no reward 0 &lt; 1"\/>/);
+  });
+
+  it('checks the interval statistics against the same numbers the table prints, and says when there is none', async () => {
+    const run = await runCli(['status', jobDir, '--fail-under', 'reward:ci95_low=0.1'], { cwd: dir });
+    assert.equal(run.code, 4, run.stderr);
+    assert.match(run.stdout, /pass {2}solver__tasks reward ci95_low 0\.1735 ≥ 0\.1/);
+    assert.match(run.stdout, /FAIL {2}guesser__tasks reward ci95_low 0\.0073 < 0\.1/);
+    const verdict = judge(
+      {
+        evals: {
+          a__d: {
+            agent: 'a',
+            dataset: 'd',
+            n_trials: 1,
+            n_scored_trials: 1,
+            n_errors: 0,
+            metrics: { reward: { n: 1, mean: 1, ci95: null } },
+            usage: null,
+          },
+        },
+        n_errored_trials: 0,
+        n_infrastructure_errors: 0,
+      },
+      parseGateOptions({ failUnder: ['reward:ci95_high=0.5'] })
+    );
+    assert.equal(verdict.passed, false);
+    assert.deepEqual(verdict.lines, ['FAIL  a__d reward ci95_high n/a (too few tasks for an honest interval) < 0.5']);
   });
 
   it('keeps exit 2 for bad input over 4: a malformed threshold, a key no eval reports', async () => {

@@ -211,4 +211,34 @@ describe('invalid input', () => {
     assert.ok(existsSync(path.join(dir, 'jobs', 'same', 'config.json')));
     await rm(path.join(dir, 'jobs'), { recursive: true });
   });
+  it("validates a provider's own settings: unknown to its type, or required by it", async () => {
+    await expectInputError(['environment:', '  type: docker', '  namespace: evals', JOB].join('\n'), [
+      /job\.yaml: environment\.namespace: unknown key/,
+    ]);
+    await expectInputError(['environment:', '  type: kubernetes', '  image_registry: registry.test', JOB].join('\n'), [
+      /job\.yaml: environment\.namespace: required for environment type kubernetes/,
+    ]);
+  });
+
+  it('refuses a task that needs a capability its provider lacks, naming the task and the capability', async () => {
+    await writeTask('gpu-task', { 'task.toml': 'version = "1.0"\n[environment]\ngpus = 1\n' });
+    const job = ['environment:', '  type: local', 'agents:', '  - name: oracle', 'datasets:', '  - path: gpu-task', ''];
+    const stderr = await expectInputError(job.join('\n'), [
+      /gpu-task\/task\.toml: needs environment\.gpus = 1 \(capability gpus\), which the local environment lacks/,
+    ]);
+    assert.equal(stderr.trim().split('\n').length, 1, stderr);
+  });
+
+  it('a provider checks its own configuration first: a missing kubeconfig is one line naming it and the setting', async () => {
+    const job = ['environment:', '  type: kubernetes', '  namespace: evals', '  image_registry: registry.test', JOB];
+    await write('job.yaml', job.join('\n'));
+    const kubeconfig = path.join(dir, 'no-such-kubeconfig');
+    const run = await runCli(['job.yaml'], { cwd: dir, timeoutMs: 60_000, env: { KUBECONFIG: kubeconfig } });
+    assert.equal(run.code, 2, `exit code; stderr: ${run.stderr}`);
+    assert.equal(
+      run.stderr.trim(),
+      `error: kubernetes: cannot read the kubeconfig ${kubeconfig} (KUBECONFIG): no such file`
+    );
+    assert.equal(existsSync(path.join(dir, 'jobs')), false, 'nothing written');
+  });
 });

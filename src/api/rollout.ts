@@ -18,7 +18,7 @@ import { parseJobConfig } from '../job/load';
 import { readPlanPage } from '../job/plan-file';
 import { boundedId, jobWorkflowId, planJob, sanitize, uniqueFolderName } from '../job/plan';
 import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
-import { ENVIRONMENT_TYPES } from '../job/schema';
+import { PROVIDERS } from '../environments/registry';
 import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from '../job/submit';
 import { jobFiles, readJson } from '../results/files';
 import type { JobResult } from '../results/job-result';
@@ -29,8 +29,8 @@ import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../trial/types';
 import type { z } from 'zod';
 
-/** What an embedded worker serves unless told: the types that need no cluster of their own configured. */
-const DEFAULT_WORKER_TYPES = ENVIRONMENT_TYPES.filter((type) => type !== 'kubernetes');
+/** What an embedded worker serves unless told: the providers that run on its own host (no cluster or cloud to set up). */
+const DEFAULT_WORKER_TYPES = PROVIDERS.filter((provider) => provider.capabilities.hostBound).map((p) => p.type);
 
 export interface WorkerOptions {
   /** Environment types this process runs trials on (default: all built-in ones). */

@@ -11,7 +11,8 @@ import { jobProgressQuery } from '../../workflows/messages';
 import { startWorkers } from '../../workers/create-workers';
 import { workflowBundle } from '../../workers/workflow-bundle';
 import { InputError } from '../errors';
-import { createEnvironment } from '../environments';
+import { checkProvider, createEnvironment } from '../environments';
+import { importProvider } from '../environments/external';
 import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
@@ -75,9 +76,14 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   // The worker's slowest part to start: its bundle is looked up (a digest of the compiled code) while the job is
   // planned. A failure surfaces when the worker asks for it.
   if (options.worker) workflowBundle().catch(() => undefined);
-  // The Docker preflight answers while the tasks are read; its failure counts only once the input is known valid.
+  // The provider checks its configuration, and its backend (the Docker daemon) answers, while the tasks are read; a
+  // failure counts only once the input is known valid.
+  // A provider from outside the repository (environment.import) is loaded first, to check it and run its trials.
+  importProvider(job.environment, job.file);
   const preflight = options.worker
-    ? createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping()
+    ? checkProvider(job.environment).then(() =>
+        createEnvironment(job.environment.type, { hostId: 'preflight', deployment: 'none' }).ping()
+      )
     : Promise.resolve();
   preflight.catch(() => undefined);
   const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });

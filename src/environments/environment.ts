@@ -1,10 +1,10 @@
 /**
- * One interface for every place a trial can run (Docker, local processes; Kubernetes and cloud sandboxes later).
+ * One interface for every place a trial can run (Docker, Kubernetes, local processes; cloud sandboxes): what a
+ * provider (provider.ts) creates.
  * Methods take serialisable handles so that any activity attempt, on any worker of the same host, can address an
  * environment started by an earlier one.
  */
 import type { PhaseNetwork } from '../task/policy';
-import type { KubernetesSettings } from '../job/schema';
 import type { EnvironmentHandle, TrialResources } from '../trial/types';
 import type { CollectBudget, FolderSelection } from './host-files';
 
@@ -43,6 +43,12 @@ export interface InstallSnapshots {
   /** Commits the environment as the snapshot of `key` over the image it was started from. */
   take(handle: EnvironmentHandle, key: string, agent: string): Promise<string>;
 }
+
+/**
+ * A provider's own job.yaml `environment:` keys (e.g. kubernetes' namespace, image_registry), as its settings schema
+ * parsed them: JSON, opaque to the core, read only by the provider (see provider.ts).
+ */
+export type ProviderSettings = Record<string, unknown>;
 
 /** Who a worker's environments belong to. */
 export interface EnvironmentOwner {
@@ -87,8 +93,8 @@ export interface BuildRequest {
    * release even for an image Rollout did not build (a present docker_image), so that its parts go with it.
    */
   referenced?: boolean;
-  /** job.yaml's environment keys of a kubernetes environment (namespace, image_registry, ...). */
-  kubernetes?: KubernetesSettings;
+  /** The provider's own job.yaml settings (see ProviderSettings). */
+  settings?: ProviderSettings;
 }
 
 export interface BuildResult {
@@ -137,8 +143,8 @@ export interface StartRequest {
   files?: StartFile[];
   /** A shell command run as root once the files are in place, in the same round trip as the environment's setup. */
   setup?: string;
-  /** job.yaml's environment keys of a kubernetes environment (namespace, image_registry, ...). */
-  kubernetes?: KubernetesSettings;
+  /** The provider's own job.yaml settings (see ProviderSettings). */
+  settings?: ProviderSettings;
   /** The trial's whole remaining budget (agent, verifier and slack): an environment may not outlive it. */
   budgetSec?: number;
   /** How long start may wait for the environment to be up (a pod to be scheduled and pulled). */
@@ -244,7 +250,7 @@ export interface Environment {
   /** Removes the environment; idempotent (a missing one is not an error). */
   remove(handle: EnvironmentHandle): Promise<void>;
   /** Removes everything this host and deployment still hold for a trial (by label); returns how many were removed. */
-  removeTrial(trialId: string, kubernetes?: KubernetesSettings): Promise<number>;
+  removeTrial(trialId: string, settings?: ProviderSettings): Promise<number>;
   /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
   heldEnvironments(): Promise<HeldEnvironment[]>;
   /**

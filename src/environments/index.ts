@@ -1,75 +1,94 @@
-import { readdir } from 'node:fs/promises';
+/**
+ * What the core asks of providers: an environment of a type, what a task needs under it, its settings and its
+ * configuration check. Providers come from the registry, or from outside the repository (`environment.import`,
+ * loaded by external.ts into this process before any of these is asked).
+ */
 import path from 'node:path';
 
 import type { Problem } from '../errors';
-import type { EnvironmentType, JobConfig } from '../job/schema';
+import { InputError } from '../errors';
+import { providerKeys } from '../job/schema';
 import type { EnvironmentRequirement } from '../task/load';
-import { DockerEnvironment } from './docker';
+import { separateVerifierEnvironment } from '../task/schema';
 import { taskComposeFile } from './docker/compose';
-import type { Environment, EnvironmentOwner } from './environment';
-import { KubernetesEnvironment } from './kubernetes';
-import { LocalEnvironment } from './local';
+import type { Environment, EnvironmentOwner, ProviderSettings } from './environment';
+import type { Capability, EnvironmentProvider, RequirementTask } from './provider';
+import { ProviderConfigError } from './provider';
+import { ENVIRONMENT_TYPES, builtinProvider } from './registry';
 
-export function createEnvironment(type: EnvironmentType, owner: EnvironmentOwner): Environment {
-  switch (type) {
-    case 'docker':
-      return new DockerEnvironment(owner);
-    case 'kubernetes':
-      return new KubernetesEnvironment(owner);
-    case 'local':
-      return new LocalEnvironment(owner);
-  }
+/** Providers loaded from outside the repository (`environment.import`) by this process, by type. */
+const imported = new Map<string, EnvironmentProvider>();
+
+export function addImportedProvider(provider: EnvironmentProvider): void {
+  imported.set(provider.type, provider);
 }
 
-/** What each environment type needs in a task's environment/ folder (the spec leaves this to the type). */
-export function environmentRequirement(
-  environment: Pick<JobConfig['environment'], 'type' | 'image_registry'>
-): EnvironmentRequirement {
-  switch (environment.type) {
-    case 'docker':
-      return dockerRequirement;
-    case 'kubernetes':
-      return kubernetesRequirement(environment.image_registry);
-    case 'local':
-      return () => Promise.resolve([]);
+/** The provider of a type: built in, or imported by this process. */
+export function providerOf(type: string): EnvironmentProvider {
+  const provider = builtinProvider(type) ?? imported.get(type);
+  if (!provider) {
+    const known = [...ENVIRONMENT_TYPES, ...imported.keys()].join(', ');
+    throw new Error(`unknown environment type "${type}": expected one of ${known} (or set environment.import)`);
   }
+  return provider;
 }
 
-const dockerRequirement: EnvironmentRequirement = async ({ dir, config }) => {
-  const environmentDir = path.join(dir, 'environment');
-  const files = await readdir(environmentDir).catch(() => [] as string[]);
-  if (files.includes('Dockerfile') || config.environment.docker_image) return [];
-  // A docker-compose.yaml adds services around `main`, which is still built from the Dockerfile (as in Harbor).
-  const problem: Problem = {
-    file: path.join(environmentDir, 'Dockerfile'),
-    message:
-      'missing (the docker environment builds environment/Dockerfile, or set environment.docker_image in task.toml)',
-  };
-  return [problem];
-};
+export function createEnvironment(type: string, owner: EnvironmentOwner): Environment {
+  return providerOf(type).create(owner);
+}
+
+/** The provider's own settings of a job.yaml `environment:` (its keys beside the common ones), as it parses them. */
+export function providerSettings(type: string, keys: Record<string, unknown>): ProviderSettings {
+  return providerOf(type).settings.parse(keys);
+}
 
 /**
- * As for docker; and a task without docker_image is built, so its image must go to a registry the cluster pulls
- * from: without `image_registry` the job is refused before it starts.
+ * What a task needs to run under an environment: the files its provider asks for, and no capability the provider
+ * lacks (each an input error naming the task's file and the capability).
  */
-function kubernetesRequirement(imageRegistry: string | undefined): EnvironmentRequirement {
-  return async (task) => {
-    const problems = await dockerRequirement(task);
-    const compose = await taskComposeFile(path.join(task.dir, 'environment'));
-    if (compose) {
-      problems.push({
-        file: compose,
-        message: 'docker-compose environments run on the docker environment only (kubernetes runs one pod per trial)',
-      });
+export function environmentRequirement(
+  environment: { type: string } & Record<string, unknown>
+): EnvironmentRequirement {
+  const provider = providerOf(environment.type);
+  const settings = provider.settings.parse(providerKeys(environment));
+  return async (task) => [
+    ...(await provider.requirement(task, settings)),
+    ...(await missingCapabilities(provider, task)),
+  ];
+}
+
+/** The capabilities a task needs, found from its files, that the provider lacks. */
+async function missingCapabilities(provider: EnvironmentProvider, task: RequirementTask): Promise<Problem[]> {
+  const environmentDir = path.join(task.dir, 'environment');
+  const lacking = (capability: Capability, file: string, what: string): Problem[] =>
+    provider.capabilities[capability]
+      ? []
+      : [{ file, message: `needs ${what} (capability ${capability}), which the ${provider.type} environment lacks` }];
+  const compose = await taskComposeFile(environmentDir);
+  const taskToml = path.join(task.dir, 'task.toml');
+  return [
+    ...(compose ? lacking('compose', compose, 'docker-compose services around main') : []),
+    ...(task.config.environment.gpus
+      ? lacking('gpus', taskToml, `environment.gpus = ${task.config.environment.gpus}`)
+      : []),
+    ...(separateVerifierEnvironment(task.config)
+      ? lacking('separateVerifier', taskToml, 'a separate verifier environment ([verifier.environment])')
+      : []),
+  ];
+}
+
+/**
+ * The provider's check of its own configuration before a job starts (see EnvironmentProvider.check): bad input is
+ * an InputError (exit 2) naming the provider and the setting; unreachable infrastructure stays an Error (exit 3).
+ */
+export async function checkProvider(environment: { type: string } & Record<string, unknown>): Promise<void> {
+  const provider = providerOf(environment.type);
+  try {
+    await provider.check?.(provider.settings.parse(providerKeys(environment)));
+  } catch (err) {
+    if (err instanceof ProviderConfigError && err.kind === 'input') {
+      throw new InputError([{ file: err.provider, message: err.message.slice(err.provider.length + 2) }]);
     }
-    if (problems.length || task.config.environment.docker_image || imageRegistry) return problems;
-    return [
-      {
-        file: path.join(task.dir, 'environment', 'Dockerfile'),
-        message:
-          'the kubernetes environment needs an image the cluster can pull: set environment.image_registry in job.yaml ' +
-          '(the built image is pushed there) or environment.docker_image in task.toml',
-      },
-    ];
-  };
+    throw err;
+  }
 }

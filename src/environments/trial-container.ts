@@ -3,8 +3,22 @@
 /** The command that keeps a trial's container up. */
 export const KEEP_ALIVE = ['sleep', 'infinity'] as const;
 
-/** Every process in the container but PID 1 (which only keeps it up) and the shell running this; as root. */
-export const KILL_ALL = 'kill -9 -1 2>/dev/null';
+/** KILL_ALL's exit status when the killed processes hold half the container's pids limit or more (see KILL_ALL). */
+export const KILL_ALL_LEFT_ZOMBIES = 86;
+
+/**
+ * Kills every process in the container but PID 1 (which only keeps it up) and the shell running this; as root. PID 1
+ * (`sleep`) never reaps what it inherits, so every killed process stays a zombie holding a pid: after a fork bomb,
+ * the pids limit would stay used up and nothing could start again. So the command counts what is left (with
+ * builtins only: no process can start) and exits KILL_ALL_LEFT_ZOMBIES when it holds half the limit or more; the
+ * provider then restarts the container (its files kept), which frees them all.
+ */
+export const KILL_ALL = [
+  'kill -9 -1 2>/dev/null',
+  'n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done',
+  '{ read -r m < /sys/fs/cgroup/pids.max || read -r m < /sys/fs/cgroup/pids/pids.max || m=max; } 2>/dev/null',
+  `{ [ "$m" = max ] || [ $((n * 2)) -lt "$m" ] || exit ${KILL_ALL_LEFT_ZOMBIES}; }`,
+].join('; ');
 
 export function isKeepAlive(entrypoint: string[] | string | undefined): boolean {
   return Array.isArray(entrypoint) && entrypoint.join(' ') === KEEP_ALIVE.join(' ');

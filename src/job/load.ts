@@ -5,6 +5,7 @@ import { isScalar, LineCounter, parseDocument, visit } from 'yaml';
 
 import type { Problem } from '../errors';
 import { InputError, zodProblems } from '../errors';
+import { isImportPath } from '../environments/external';
 import { loadDataset } from '../task/load';
 import type { JobConfig } from './schema';
 import { JobConfigSchema } from './schema';
@@ -146,6 +147,11 @@ function resolveJob(job: JobConfig, file: string, base: string, name: string): R
       return dataset;
     }),
     services: job.services.map((service) => ({ ...service, cwd: path.resolve(base, service.cwd ?? '.') })),
+    // A provider module's path is the job file's (config.json, in the job's folder, keeps it absolute).
+    environment:
+      job.environment.import !== undefined && isImportPath(job.environment.import)
+        ? { ...job.environment, import: path.resolve(base, job.environment.import) }
+        : job.environment,
   };
 }
 

@@ -4,7 +4,8 @@ import path from 'node:path';
 import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/agent';
 import { envReferences } from '../env-vars';
 import { environmentKey } from '../environments/env-key';
-import { environmentRequirement } from '../environments';
+import { environmentRequirement, providerSettings } from '../environments';
+import { importProvider } from '../environments/external';
 import { healthcheckBudgetSec } from '../environments/healthcheck';
 import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
@@ -14,7 +15,7 @@ import { jobFiles, readJson } from '../results/files';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from './schema';
-import { KUBERNETES_KEYS } from './schema';
+import { providerKeys } from './schema';
 import { DEFAULT_RETRY_POLICY } from '../trial/retry';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
@@ -55,6 +56,7 @@ export function jobDirOf(job: { jobs_dir: string; name: string }): string {
  * task → attempt → agent, so trials of one environment run close together and share a warm image.
  */
 export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: number } = {}): Promise<JobPlan> {
+  importProvider(job.environment, job.file);
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
     // An earlier run of this job pinned its registry tasks: keep those commits.
@@ -110,7 +112,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             forceBuild: job.environment.force_build,
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
-            ...kubernetesSpec(job),
+            environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             retry: job.retry
               ? {
@@ -216,14 +218,4 @@ export function boundedId(id: string): string {
   if (id.length <= MAX_ID_LENGTH) return id;
   const digest = createHash('sha256').update(id).digest('hex').slice(0, 12);
   return `${id.slice(0, MAX_ID_LENGTH - digest.length - 1)}~${digest}`;
-}
-
-/** The job's kubernetes keys, for the trials of a kubernetes environment. */
-function kubernetesSpec(job: ResolvedJob): Pick<TrialSpec, 'kubernetes'> {
-  const { type, namespace } = job.environment;
-  if (type !== 'kubernetes' || namespace === undefined) return {};
-  const settings = Object.fromEntries(
-    KUBERNETES_KEYS.filter((key) => job.environment[key] !== undefined).map((key) => [key, job.environment[key]])
-  );
-  return { kubernetes: { ...settings, namespace } };
 }

@@ -5,17 +5,16 @@ import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
 import { parseBytes, parseCpus } from '../quantity';
 import { TASK_ERROR_TYPES } from '../trial/types';
-import { KUBERNETES_KEYS, KubernetesSettingsSchema } from '../environments/kubernetes/settings';
-export type { KubernetesSettings } from '../environments/kubernetes/settings';
-export { KUBERNETES_KEYS } from '../environments/kubernetes/settings';
+import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
 
 /** Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway). */
 const RETRYABLE_ERROR_TYPES = TASK_ERROR_TYPES;
 
 /** job.yaml / job.json, as the spec defines it. Unknown keys are errors so typos never pass silently. */
 
-export const ENVIRONMENT_TYPES = ['docker', 'local', 'kubernetes'] as const;
-export type EnvironmentType = (typeof ENVIRONMENT_TYPES)[number];
+export { ENVIRONMENT_TYPES };
+/** job.yaml's `environment.type`: a provider of src/environments/registry.ts, or one loaded with `import`. */
+export type EnvironmentType = string;
 
 export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
 export type MetricType = (typeof METRIC_TYPES)[number];
@@ -172,6 +171,26 @@ const ServiceSchema = z.strictObject({
 });
 export type ServiceConfig = z.infer<typeof ServiceSchema>;
 
+/** job.yaml `environment:` keys of every provider; the others are the provider's own (see providerKeys). */
+const commonEnvironmentKeys = {
+  force_build: z.boolean().default(false),
+  delete: z.boolean().default(true),
+  override_cpus: quantity(parseCpus).optional(),
+  override_memory: quantity(parseBytes).optional(),
+  override_storage: quantity(parseBytes).optional(),
+  /** Overrides every task's [environment] pids_limit. */
+  pids_limit: z.number().int().positive().optional(),
+  /** Caps on what collect copies from an environment's /logs to the host, per trial. */
+  collect_max_bytes: quantity(parseBytes).default('1Gi'),
+  collect_max_files: z.number().int().positive().default(10_000),
+};
+const CORE_ENVIRONMENT_KEYS = new Set(['type', 'import', ...Object.keys(commonEnvironmentKeys)]);
+
+/** The provider's own keys of a job.yaml `environment:` (flat beside the common ones): what its settings schema reads. */
+export function providerKeys(environment: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(environment).filter(([key]) => !CORE_ENVIRONMENT_KEYS.has(key)));
+}
+
 export const JobConfigSchema = z
   .strictObject({
     /** Any name; its folder under jobs_dir is derived from it (uniqueFolderName in src/job/plan.ts). */
@@ -188,33 +207,40 @@ export const JobConfigSchema = z
     timeout_multiplier: z.number().positive().default(1),
     log_level: z.enum(LOG_LEVELS).default('info'),
     environment: z
-      .strictObject({
-        type: z
-          .enum(ENVIRONMENT_TYPES, {
-            message: `unknown environment type: expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
-          })
-          // Harbor's default: an environment without a type is Docker.
-          .default('docker'),
-        force_build: z.boolean().default(false),
-        delete: z.boolean().default(true),
-        override_cpus: quantity(parseCpus).optional(),
-        override_memory: quantity(parseBytes).optional(),
-        override_storage: quantity(parseBytes).optional(),
-        /** Overrides every task's [environment] pids_limit. */
-        pids_limit: z.number().int().positive().optional(),
-        /** Caps on what collect copies from an environment's /logs to the host, per trial. */
-        collect_max_bytes: quantity(parseBytes).default('1Gi'),
-        collect_max_files: z.number().int().positive().default(10_000),
-        ...KubernetesSettingsSchema.partial().shape,
+      .looseObject({
+        // Harbor's default: an environment without a type is Docker.
+        type: z.string().min(1).default('docker'),
+        /** A provider from outside the repository: an npm package or a path (relative to the job file) to load. */
+        import: z.string().min(1).optional(),
+        ...commonEnvironmentKeys,
       })
       .superRefine((environment, ctx) => {
-        if (environment.type !== 'kubernetes') {
-          for (const key of KUBERNETES_KEYS) {
-            if (environment[key] !== undefined)
-              ctx.addIssue({ code: 'custom', path: [key], message: 'only for environment type kubernetes' });
+        // A provider loaded with `import` validates its settings once loaded (src/environments/external.ts).
+        if (environment.import !== undefined) return;
+        const provider = builtinProvider(environment.type);
+        if (!provider) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['type'],
+            message: `unknown environment type: expected one of ${ENVIRONMENT_TYPES.join(', ')}`,
+          });
+          return;
+        }
+        const settings = providerKeys(environment);
+        const parsed = provider.settings.safeParse(settings);
+        if (parsed.success) return;
+        for (const issue of parsed.error.issues) {
+          if (issue.code === 'unrecognized_keys') {
+            for (const key of issue.keys) ctx.addIssue({ code: 'custom', path: [key], message: 'unknown key' });
+          } else if (issue.path.length && settings[String(issue.path[0])] === undefined) {
+            ctx.addIssue({
+              code: 'custom',
+              path: issue.path,
+              message: `required for environment type ${provider.type}`,
+            });
+          } else {
+            ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
           }
-        } else if (environment.namespace === undefined) {
-          ctx.addIssue({ code: 'custom', path: ['namespace'], message: 'required for environment type kubernetes' });
         }
       })
       .prefault({}),

@@ -3,7 +3,7 @@
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
 import { API_ERROR_TYPES, UPSTREAM_ERROR_TYPES } from '../gateway/errors';
-import type { EnvironmentType, KubernetesSettings } from '../job/schema';
+import type { EnvironmentType } from '../job/schema';
 import type { RegistryTaskSource } from '../registry/git-cache';
 import type { TrialUsage } from '../results/usage';
 import type { MinReward, MultiStepRewardStrategy } from './step-rewards';
@@ -75,8 +75,11 @@ export interface TrialSpec {
    * install step, a round trip for nothing, and its result names this agent.
    */
   agentWithoutInstall?: AgentInfo;
-  /** job.yaml's kubernetes keys, for `environment: {type: kubernetes}`. */
-  kubernetes?: KubernetesSettings;
+  /**
+   * The provider's own job.yaml `environment:` keys, as its settings schema parsed them: opaque here, read only by the
+   * provider (src/environments/provider.ts). Absent in specs planned before providers had settings of their own.
+   */
+  environmentSettings?: Record<string, unknown>;
   /** A multi-step task's steps (task.toml `[[steps]]`), run in order in one environment; absent for a single step. */
   multiStep?: MultiStepSpec;
 }

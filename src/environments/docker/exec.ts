@@ -10,7 +10,7 @@ import { TaskEnvironmentError } from '../environment';
 import { OutputTail } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';
-import { KILL_ALL, envList } from '../trial-container';
+import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, envList } from '../trial-container';
 import { StepShell } from './shell';
 
 export class DockerExec {
@@ -125,10 +125,43 @@ export class DockerExec {
 
   /**
    * Kills every process in the container but PID 1 (`sleep`): all that a command started, daemons and processes
-   * that left its process group included. As root, so that processes of any user go.
+   * that left its process group included. As root, so that processes of any user go. Where no process can start
+   * to do it (a fork bomb holds every pid the container's limit allows), or what was killed stays as zombies holding
+   * the pids (see KILL_ALL), the container is restarted: everything in it dies with its PID 1, and its files are
+   * kept for the verifier.
    */
   async killAll(handle: EnvironmentHandle): Promise<void> {
-    await this.collectExec(handle.id, { Cmd: [await this.shellOf(handle.id), '-c', KILL_ALL], User: '0' });
+    let killed: { exitCode: number | null };
+    try {
+      killed = await this.collectExec(handle.id, { Cmd: [await this.shellOf(handle.id), '-c', KILL_ALL], User: '0' });
+    } catch (err) {
+      if (!(err instanceof TaskEnvironmentError)) throw err;
+      return this.restart(handle.id, err.message);
+    }
+    if (killed.exitCode === KILL_ALL_LEFT_ZOMBIES) {
+      await this.restart(handle.id, 'the killed processes hold most of the pids limit (zombies of PID 1)');
+    }
+  }
+
+  /** Kills the container (PID 1, and so every process in it) and starts it again, its filesystem as it was. */
+  private async restart(containerId: string, cause: string): Promise<void> {
+    this.stepShells.get(containerId)?.close();
+    this.stepShells.delete(containerId);
+    const container = this.docker.getContainer(containerId);
+    try {
+      // 409: it is not running any more (its PID 1 died with the rest); started again all the same.
+      await container.kill().catch((err: unknown) => {
+        if (statusCode(err) !== 409) throw err;
+      });
+      await container.start();
+    } catch (err) {
+      // The daemon answered: a container that cannot start again was broken from inside (its /bin deleted).
+      if (statusCode(err) === undefined) throw err;
+      throw new TaskEnvironmentError(
+        'EnvironmentBrokenError',
+        `${cause}; restarting the container failed: ${daemonMessage(err) || String(err)}`
+      );
+    }
   }
 }
 

@@ -9,6 +9,7 @@ import { TaskEnvironmentError } from '../environment';
 import { OutputTail } from '../exec-output';
 import type { ImageBuilder } from '../image-builder/builder';
 import { imageTag } from '../image-builder/builder';
+import { KubernetesSettingsSchema } from './settings';
 
 export class RegistryImages {
   constructor(private readonly builder: ImageBuilder) {}
@@ -21,7 +22,7 @@ export class RegistryImages {
   async build(request: BuildRequest): Promise<BuildResult> {
     const hasDockerfile = await hasDockerfileIn(request.contextDir);
     if (request.dockerImage && !hasDockerfile) return { image: request.dockerImage, built: false };
-    const registry = request.kubernetes?.image_registry;
+    const registry = request.settings && KubernetesSettingsSchema.parse(request.settings).image_registry;
     if (!registry) {
       throw new TaskEnvironmentError(
         'EnvironmentBuildError',

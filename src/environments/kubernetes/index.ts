@@ -6,6 +6,7 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 
 import type { KubernetesSettings } from './settings';
+import { KubernetesSettingsSchema } from './settings';
 import type { EnvironmentHandle } from '../../trial/types';
 import type {
   BuildRequest,
@@ -15,6 +16,7 @@ import type {
   ExecRequest,
   ExecResult,
   HeldEnvironment,
+  ProviderSettings,
   StartRequest,
   StartResult,
 } from '../environment';
@@ -76,7 +78,7 @@ export class KubernetesEnvironment implements Environment {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
-    const settings = requireSettings(request.kubernetes);
+    const settings = requireSettings(request.settings);
     if (request.network === 'none') {
       // A pod's network cannot be cut from here (that takes a NetworkPolicy the cluster may not enforce).
       throw new TaskEnvironmentError('EnvironmentStartError', 'network_mode no-network is not enforced on kubernetes');
@@ -158,7 +160,8 @@ export class KubernetesEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, settings?: KubernetesSettings, role?: string): Promise<number> {
+  async removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
+    const settings = given && requireSettings(given);
     const selector = [
       `${LABEL_DEPLOYMENT}=${this.owner.deployment}`,
       `${LABEL_TRIAL}=${labelHash(trialId)}`,
@@ -224,7 +227,8 @@ export class KubernetesEnvironment implements Environment {
   }
 }
 
-function requireSettings(settings: KubernetesSettings | undefined): KubernetesSettings {
+/** The job.yaml keys the trial's spec carries (see ProviderSettings), as this provider reads them. */
+function requireSettings(settings: ProviderSettings | undefined): KubernetesSettings {
   if (!settings) throw new Error('a kubernetes trial without its job.yaml environment keys (namespace)');
-  return settings;
+  return KubernetesSettingsSchema.parse(settings);
 }

@@ -71,7 +71,14 @@ export function rewardChart(rows: TrialRow[], agents: string[]): VNode {
     desc: `Share of each agent's scored trials per reward${binary ? ' (0 or 1)' : ` bin from ${fmt(min)} to ${fmt(max)}`}.`,
     xLabel: binary ? 'reward' : 'reward (binned)',
     yLabel: 'share of trials',
-    xTicks: Array.from({ length: bins }, (_, bin) => ({ at: area.x[0] + (bin + 0.5) * band, label: labelOf(bin) })),
+    // Bins of a range are labelled at their edges (a label per bin would overlap); 0, 1 or one value under its bar.
+    xTicks:
+      bins === REWARD_BINS
+        ? Array.from({ length: bins + 1 }, (_, edge) => ({
+            at: area.x[0] + edge * band,
+            label: fmt(min + edge * width, 2),
+          }))
+        : Array.from({ length: bins }, (_, bin) => ({ at: area.x[0] + (bin + 0.5) * band, label: labelOf(bin) })),
     yTicks: ticksOf(y, (v) => `${Math.round(v * 100)}%`),
     marks,
     legend: agents.map((agent, a) => ({ label: agent, colour: colour(a) })),
@@ -224,7 +231,7 @@ export function usageCharts(usage: Map<string, UsageTotals>): VNode | null {
       >`;
     })
   );
-  const maxCost = Math.max(1e-6, ...[...usage.values()].map((u) => u.cost_usd));
+  const maxCost = Math.max(0, ...[...usage.values()].map((u) => u.cost_usd));
   const costY = linear([0, maxCost], area.y);
   const cost = agents.map((agent, a) => {
     const value = usage.get(agent)!.cost_usd;
@@ -241,6 +248,19 @@ export function usageCharts(usage: Map<string, UsageTotals>): VNode | null {
     >`;
   });
   const agentTicks = agents.map((agent, a) => ({ at: area.x[0] + (a + 0.5) * band, label: agent }));
+  const costChart =
+    maxCost === 0
+      ? emptyChart('chart-cost', 'Cost per agent', 'no cost recorded: no price is known for the models used')
+      : chart({
+          id: 'chart-cost',
+          title: 'Cost per agent',
+          desc: `Model cost in USD: ${agents.map((agent) => `${agent} $${fmt(usage.get(agent)!.cost_usd, 4)}`).join('; ')}.`,
+          xLabel: 'agent',
+          yLabel: 'cost (USD)',
+          xTicks: agentTicks,
+          yTicks: ticksOf(costY, (v) => `$${short(v)}`),
+          marks: cost,
+        });
   return html`<div class="chart-pair">
     ${chart({
       id: 'chart-tokens',
@@ -253,15 +273,6 @@ export function usageCharts(usage: Map<string, UsageTotals>): VNode | null {
       marks: tokens,
       legend: kinds.map(([, label, fill]) => ({ label, colour: fill })),
     })}
-    ${chart({
-      id: 'chart-cost',
-      title: 'Cost per agent',
-      desc: `Model cost in USD: ${agents.map((agent) => `${agent} $${fmt(usage.get(agent)!.cost_usd, 4)}`).join('; ')}.`,
-      xLabel: 'agent',
-      yLabel: 'cost (USD)',
-      xTicks: agentTicks,
-      yTicks: ticksOf(costY, (v) => `$${short(v)}`),
-      marks: cost,
-    })}
+    ${costChart}
   </div>`;
 }

@@ -67,20 +67,22 @@ export function historyChart(jobs: JobSummary[]): VNode {
   const agents = [...series.keys()].sort();
   const marks = agents.flatMap((agent, i) => {
     const points = series.get(agent)!;
+    // Agents of one job sit a few pixels apart, so their intervals do not hide each other.
+    const at = (p: Point) => x(p.time) + (i - (agents.length - 1) / 2) * 5;
     return [
       points.length > 1
         ? html`<path
             class="line"
             data-series=${agent}
-            d=${pathOf(points.map((p) => [x(p.time), y(p.mean)]))}
+            d=${pathOf(points.map((p) => [at(p), y(p.mean)]))}
             stroke=${colour(i)}
           />`
         : null,
       ...points.map(
         (p) =>
           html`<g class="point" data-agent=${agent} data-job=${p.job}>
-            ${p.ci95 ? html`<line class="whisker" x1=${x(p.time)} x2=${x(p.time)} y1=${y(p.ci95[0])} y2=${y(p.ci95[1])} stroke=${colour(i)} />` : null}
-            <circle cx=${x(p.time).toFixed(1)} cy=${y(p.mean).toFixed(1)} r="4" fill=${colour(i)}
+            ${p.ci95 ? html`<line class="whisker" x1=${at(p)} x2=${at(p)} y1=${y(p.ci95[0])} y2=${y(p.ci95[1])} stroke=${colour(i)} />` : null}
+            <circle cx=${at(p).toFixed(1)} cy=${y(p.mean).toFixed(1)} r="4" fill=${colour(i)}
               ><title>
                 ${`${p.job} · ${agent}: mean ${fmt(p.mean)}${p.ci95 ? ` [${fmt(p.ci95[0])}, ${fmt(p.ci95[1])}]` : ''}`}
               </title></circle
@@ -99,7 +101,7 @@ export function historyChart(jobs: JobSummary[]): VNode {
     yLabel: 'mean reward',
     xTicks: [first, last]
       .filter((t, i) => i === 0 || t !== first)
-      .map((t) => ({ at: x(t), label: sameDay ? new Date(t).toISOString().slice(11, 16) : day(t) })),
+      .map((t) => ({ at: x(t), label: sameDay ? new Date(t).toISOString().slice(11, 19) : day(t) })),
     yTicks: ticksOf(y),
     marks,
     legend: agents.map((agent, i) => ({ label: agent, colour: colour(i) })),

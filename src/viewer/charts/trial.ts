@@ -116,7 +116,8 @@ export function trialCharts(result: NonNullable<TrialRow['result']>, steps: Step
   const y = linear([0, maxTokens], tokenArea.y);
   const tokenMarks = points.flatMap((p) => {
     const left = x(p.from / 1000);
-    const width = Math.max(2, x(p.to / 1000) - left);
+    // A call of a few milliseconds still gets a bar one can see and hover.
+    const width = Math.max(6, x(p.to / 1000) - left);
     return [
       html`<rect
         class="tokens input"

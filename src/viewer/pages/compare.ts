@@ -74,7 +74,7 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
                   : html`<span class="muted">(within noise: the interval contains 0)</span>`
               }`
             : paired.length
-              ? html`<span class="muted">(no interval: fewer than ${MIN_TASKS_BOOTSTRAP} tasks both ran)</span>`
+              ? html` <span class="muted">(no interval: fewer than ${MIN_TASKS_BOOTSTRAP} tasks both ran)</span>`
               : null
         }
       </p>
