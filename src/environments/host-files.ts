@@ -30,7 +30,7 @@ export class CollectBudget {
   constructor(private readonly limits: CollectLimits) {}
 
   /** Whether an entry of `size` bytes (0 for a folder) fits; once one does not, none after it does. */
-  admit(name: string, size: number, kind: 'file' | 'folder'): boolean {
+  admit(name: string, size: number, kind: 'file' | 'folder' = 'file'): boolean {
     if (!this.limitReached && this.entries + 1 > this.limits.maxFiles) this.limitReached = 'files';
     if (!this.limitReached && this.bytes + size > this.limits.maxBytes) this.limitReached = 'bytes';
     if (this.limitReached) {
