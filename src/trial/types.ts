@@ -4,7 +4,6 @@
  */
 import { UPSTREAM_ERROR_TYPES } from '../gateway/errors';
 import type { RateLimitRule } from '../gateway/rate-window';
-import type { EnvironmentType } from '../job/schema';
 import type { RegistryTaskSource } from '../registry/schema';
 import type { TrialUsage } from '../results/usage';
 import type { TrialErrorType } from './errors';
@@ -61,7 +60,8 @@ export interface TrialSpec {
   datasetName: string;
   agentName: string;
   attempt: number;
-  environmentType: EnvironmentType;
+  /** The provider's `type` (src/environments/registry.ts, or one loaded with `import`). */
+  environmentType: string;
   /** Content hash of environment/ (+ docker_image): trials sharing it share an image. */
   envKey: string;
   timeouts: StepTimeouts;
