@@ -313,7 +313,9 @@ describe('built-in agents end to end through the gateway against the scripted mo
     for (const reference of references) assert.ok(!tags.has(reference), `${reference} still tagged`);
     for (const image of left) {
       const base = image.Labels?.['rollout.snapshot-of'];
-      const owner = base ? (left.find((other) => other.Id === base) ?? (await imageById(base))) : image;
+      const owner = base ? left.find((other) => other.Id === base) : image;
+      // A snapshot over an image another job built (the shared host had it): that job's release takes it, not ours.
+      if (!owner && base && (await imageById(base))) continue;
       assert.ok(heldByOthers(owner), `${image.RepoTags?.join(', ')} left although no other job holds its image`);
     }
   });
