@@ -67,6 +67,15 @@ function withGateOptions(command: Command): Command {
     .option('--pass-threshold <x>', 'a trial passes in the JUnit file when its primary reward reaches this', '1');
 }
 
+/** The in-process worker's options of the commands that run a job (run, resume). */
+function withWorkerOptions(command: Command): Command {
+  return command
+    .option('--no-worker', 'run no worker in this process: only submit and watch')
+    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
+    .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
+    .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)");
+}
+
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
@@ -76,16 +85,14 @@ export function buildProgram(): Command {
 
   withGateOptions(
     withRunFlags(
-      program
-        .command('run [job]', { isDefault: true })
-        .description(
-          "run a job file (job.yaml or job.json), or a job given by Harbor's flags (-d/-p, -a, -m, -n, …), which " +
-            "override the file's fields; `rollout <job>` does the same"
-        )
-        .option('--no-worker', 'run no worker in this process: only submit and watch')
-        .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-        .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-        .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
+      withWorkerOptions(
+        program
+          .command('run [job]', { isDefault: true })
+          .description(
+            "run a job file (job.yaml or job.json), or a job given by Harbor's flags (-d/-p, -a, -m, -n, …), which " +
+              "override the file's fields; `rollout <job>` does the same"
+          )
+      )
     )
   ).action(
     async (
@@ -189,18 +196,13 @@ export function buildProgram(): Command {
     });
 
   withGateOptions(
-    program
-      .command('resume <job>')
+    withWorkerOptions(program.command('resume <job>'))
       .description('run an interrupted job again from its folder (name under --jobs-dir, or the folder itself)')
       .option('--jobs-dir <dir>', 'where job folders are', 'jobs')
       .option(
         '--retry-errored [types...]',
         'also re-run finished trials with these error types (default: InfrastructureError)'
       )
-      .option('--no-worker', 'run no worker in this process: only submit and watch')
-      .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-      .option('--max-trials <n>', 'trials this process may hold at once (default: n_concurrent_trials)', positiveInt)
-      .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)")
   ).action(
     async (
       job: string,

@@ -23,12 +23,12 @@ export const HOUSEKEEPING_HEARTBEAT_MS = 10_000;
 
 export type HostActivities = ReturnType<typeof hostActivities>;
 
-export /**
+/**
  * The lifecycle activities, bound to the host queue (or the shared provider queue when the environment is not bound
  * to a host), each with a timeout derived from the trial's limits. All but the agent's own steps run as local
  * activities while this workflow worker is the host (see local-steps.ts), with the same timeouts and retries.
  */
-function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean, placement: StepPlacement) {
+export function hostActivities(spec: TrialSpec, hostQueue: string, hostBound: boolean, placement: StepPlacement) {
   const base: ActivityOptions = {
     taskQueue: hostQueue,
     heartbeatTimeout: HEARTBEAT_TIMEOUT_MS,
