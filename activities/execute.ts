@@ -47,10 +47,19 @@ export function executeAgent(deps: ActivityDeps) {
           ...(spec.budgeted ? { budget: { jobName: spec.jobName, agentName: spec.agentName } } : {}),
         });
         // A cloud sandbox reaches it through a relay running for this step only (src/gateway/relay/channel.ts).
-        channel = await openGatewayChannel(deps.gateway, session, run.environment, run.handle, process.env, (line) => {
-          log(spec, 'execute', `gateway relay: ${line}`).catch((err: unknown) => {
+        const logged = (line: string) =>
+          log(spec, 'execute', line).catch((err: unknown) => {
             logLine.warn(`trial log of ${spec.trialName}: ${(err as Error).message}`);
           });
+        channel = await openGatewayChannel(deps.gateway, session, run.environment, run.handle, process.env, {
+          onLog: (line) => void logged(`gateway relay: ${line}`),
+          // A relay that broke the protocol is stopped; so is the agent, and the step fails below.
+          onFailure: (message) => {
+            void logged(message);
+            run.environment
+              .killAll(run.handle)
+              .catch((err: unknown) => void logged(`ending the agent: ${String(err)}`));
+          },
         });
         await log(spec, 'execute', `the agent reaches the model through ${channel.description}`);
         run.gateway = channel.access;
@@ -74,6 +83,12 @@ export function executeAgent(deps: ActivityDeps) {
           : 'every process the agent started killed';
       await log(spec, 'execute', `${result.timedOut ? 'timed out' : `exit ${result.exitCode}`}: ${leftovers}`);
       const ended = { exitCode: result.exitCode, timedOut: result.timedOut };
+      // The agent (or its environment) broke the relay's protocol: the trial's own doing, scored as such.
+      const broken = channel?.failure();
+      if (broken) {
+        if (killedByVerifier) await run.environment.killAll(run.handle);
+        throw taskFailure('EnvironmentBrokenError', broken);
+      }
       // A call refused at the trial's own limits: a task outcome, verified as usual (AgentBudgetExceededError).
       const refusal = session?.refusal();
       if (refusal?.kind === 'trial_limit') return { ...ended, limitReached: refusal.reached };

@@ -10,6 +10,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -23,8 +25,10 @@ import type { Environment } from '../src/environments/environment';
 import { ModelGateway } from '../src/gateway/gateway';
 import type { TrialSession } from '../src/gateway/gateway';
 import { listenAddress, openGatewayChannel } from '../src/gateway/relay/channel';
+import { MAX_FRAME_CHARS, openGatewayRelay, relayTarget } from '../src/gateway/relay/host';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
 import type { EnvironmentHandle } from '../src/trial/types';
+import { shellQuote } from '../src/shell';
 import { runCli, workspace } from './support/cli';
 import { removeJobLeftovers } from './support/docker';
 import { prepareGatewayTask } from './support/gateway-agent';
@@ -41,6 +45,7 @@ let scripted: ScriptedModelServer;
 let handle: EnvironmentHandle;
 let agentDir: string;
 let session: TrialSession;
+let metadata: Awaited<ReturnType<typeof startMetadataStandIn>>;
 
 /** A Python client in the container: POSTs a chat completion to $URL with $TOKEN, prints the body it got. */
 const CLIENT = [
@@ -53,6 +58,33 @@ const CLIENT = [
   '  with urllib.request.urlopen(req, timeout=60) as res: print(res.status); print(res.read().decode())',
   'except urllib.error.HTTPError as e: print(e.code); print(e.read().decode())',
 ].join('\n');
+
+/** A raw HTTP/1.1 request to the relay on 127.0.0.1:$1 with request target $2: prints the status line and body. */
+const RAW_CLIENT = [
+  'import socket, sys',
+  's = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)',
+  's.sendall(("GET " + sys.argv[2] + " HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n").encode())',
+  'data = b""',
+  'while True:',
+  '  chunk = s.recv(4096)',
+  '  if not chunk: break',
+  '  data += chunk',
+  'head, _, body = data.decode().partition("\\r\\n\\r\\n")',
+  'print(head.split("\\r\\n")[0]); print(body)',
+].join('\n');
+
+/** A server on the worker's loopback standing for what a relayed request must never reach (cloud metadata, …). */
+async function startMetadataStandIn(): Promise<{ port: number; hits: number; close(): Promise<void> }> {
+  const state = { port: 0, hits: 0, close: async () => {} };
+  const server = http.createServer((_req, res) => {
+    state.hits += 1;
+    res.end('secret-metadata');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  state.port = (server.address() as AddressInfo).port;
+  state.close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  return state;
+}
 
 async function call(baseUrl: string, token: string, mode: 'stream' | 'plain') {
   const result = await environment.exec(handle, {
@@ -76,6 +108,7 @@ async function records(): Promise<{ status: number }[]> {
 describe('gateway relay over Docker exec stdin/stdout (scripted model server as the vendor)', () => {
   before(async () => {
     scripted = await startScriptedModelServer({ host: '127.0.0.1', port: 0 });
+    metadata = await startMetadataStandIn();
     scripted.session('relay', { turns: Array.from({ length: 8 }, () => ({ say: 'relayed hello' })) });
     const contextDir = await mkdtemp(path.join(tmpdir(), 'rollout-relay-'));
     await writeFile(
@@ -113,6 +146,7 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
     await session?.close();
     await gateway.close();
     await scripted?.close();
+    await metadata?.close();
     await removeJobLeftovers(jobName);
     if (agentDir) await rm(agentDir, { recursive: true, force: true });
   });
@@ -130,7 +164,7 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
         environment,
         handle,
         { ROLLOUT_GATEWAY_RELAY: '1' },
-        (line) => logLines.push(line)
+        { onLog: (line) => logLines.push(line) }
       );
       try {
         assert.match(channel.description, new RegExp(`gateway relay \\(${runtime} `));
@@ -142,6 +176,13 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
         assert.equal(streamed.status, 200, streamed.body);
         assert.match(streamed.body, /^data: /m, 'server-sent events came through');
         assert.match(streamed.body, /relayed/);
+        // An absolute-form target (the SSRF of the review's C4) is refused by the relay program itself.
+        const port = new URL(channel.access.baseUrls.openai).port;
+        const absolute = await environment.exec(handle, {
+          command: `python3 -c '${RAW_CLIENT}' ${port} 'http://127.0.0.1:${metadata.port}/latest/meta-data'`,
+        });
+        assert.match(absolute.stdout, /^HTTP\/1\.[01] 400 .*\n[^]*origin-form/, absolute.stdout + absolute.stderr);
+        assert.equal(metadata.hits, 0, 'nothing reached the worker-side server');
         const refused = await call(channel.access.baseUrls.openai, 'rollout-forged', 'plain');
         assert.equal(refused.status, 401);
         assert.equal(scripted.calls('relay').length, before + 2, 'the forged token never reached upstream');
@@ -160,6 +201,96 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
       assert.deepEqual(logLines, [], 'the relay wrote nothing on stderr');
     });
   }
+
+  it('a hostile relay (the agent owns its stdout) gets 400 frames for other targets, methods and headers; the worker lives', async () => {
+    const trialPath = `/t/${session.pathId}/`;
+    const meta = `127.0.0.1:${metadata.port}`;
+    const chat = JSON.stringify({ model: 'scripted-model', messages: [{ role: 'user', content: 'hi' }] });
+    const ok = { authorization: `Bearer ${session.token}`, 'content-type': 'application/json' };
+    const requests: Record<string, unknown>[] = [
+      { id: 1, method: 'GET', path: `http://${meta}/latest/meta-data`, headers: {} },
+      {
+        id: 2,
+        method: 'PUT',
+        path: `//${meta}/latest/api/token`,
+        headers: { 'x-aws-ec2-metadata-token-ttl-seconds': '60' },
+      },
+      { id: 3, method: 'GET', path: `${trialPath}../../api/v1/namespaces`, headers: {} },
+      { id: 4, method: 'GET', path: `/t/another-trial/openai/v1/models`, headers: {} },
+      { id: 5, method: 'GET', path: `file:///etc/passwd`, headers: {} },
+      { id: 6, method: 'GET /x HTTP/1.1\r\nHost: evil', path: `${trialPath}openai/v1/models`, headers: {} },
+      { id: 7, method: 'CONNECT', path: `${trialPath}openai/v1/models`, headers: {} },
+      { id: 8, method: 'GET', path: `${trialPath}openai/v1/models`, headers: { 'x\r\ninjected': 'v' } },
+      { id: 9, method: 'GET', path: `${trialPath}openai/v1/models`, headers: { 'x-ok': 'a\r\nx-injected: b' } },
+      { id: 10, method: 'POST', path: `${trialPath}openai/v1/chat/completions`, headers: ok },
+    ];
+    const frames = [
+      { t: 'ready', port: 1, runtime: 'hostile' },
+      ...requests.map((r) => ({ t: 'req', ...r })),
+      { t: 'body', id: 10, data: Buffer.from(chat).toString('base64') },
+      { t: 'end', id: 10 },
+    ];
+    // The "relay": writes the frames, then keeps what the worker answers in /tmp/answers.
+    const script = `exec 3<&0; cat <&3 > /tmp/answers & printf '%s\\n' ${frames.map((f) => shellQuote(JSON.stringify(f))).join(' ')}; wait`;
+    const failures: string[] = [];
+    const relay = await openGatewayRelay(environment, handle, {
+      gatewayOrigin: await gateway.urlFor('127.0.0.1'),
+      trialPath,
+      command: script,
+      onFailure: (message) => failures.push(message),
+    });
+    try {
+      const answers = await waitFor(async () => {
+        const out = await environment.exec(handle, { command: 'cat /tmp/answers' });
+        const lines = out.stdout.trim().split('\n').filter(Boolean);
+        const parsed = lines.map((line) => JSON.parse(line) as { t: string; id: number; status?: number });
+        return parsed.filter((f) => f.t === 'end' || f.t === 'error').length >= requests.length ? parsed : null;
+      });
+      const statusOf = (id: number) => answers.find((f) => f.id === id && f.t === 'head')?.status;
+      for (const id of [1, 2, 3, 4, 5, 6, 7, 8, 9])
+        assert.equal(statusOf(id), 400, `request ${id} refused: ${JSON.stringify(answers)}`);
+      assert.equal(statusOf(10), 200, "the trial's own route still works");
+      assert.equal(metadata.hits, 0, 'no relayed request reached another server on the worker');
+      assert.deepEqual(failures, []);
+      assert.equal(relay.failure(), null);
+    } finally {
+      await relay.close();
+    }
+    assert.equal(
+      relayTarget('http://127.0.0.1:5', '/t/a/', '/t/a/openai/v1/x?y=1')?.href,
+      'http://127.0.0.1:5/t/a/openai/v1/x?y=1'
+    );
+    assert.equal(relayTarget('http://127.0.0.1:5', '/t/a/', '/t/a/%2e%2e/b/openai'), null);
+    assert.equal(relayTarget('http://127.0.0.1:5', '/t/a/', '/t/a/\\..\\..\\x'), null);
+  });
+
+  it('a hostile relay sending an endless frame is stopped (the step told), its stderr flood capped', async () => {
+    const failures: string[] = [];
+    const logLines: string[] = [];
+    // One frame-sized line of stdout without a newline, after ten thousand lines of stderr.
+    const script = [
+      `printf '%s\\n' '{"t":"ready","port":1,"runtime":"hostile"}'`,
+      'i=0; while [ $i -lt 10000 ]; do echo "noise $i" >&2; i=$((i+1)); done',
+      `head -c ${MAX_FRAME_CHARS + 2 ** 20} /dev/zero | tr '\\0' a`,
+      'sleep 600',
+    ].join('\n');
+    const relay = await openGatewayRelay(environment, handle, {
+      gatewayOrigin: await gateway.urlFor('127.0.0.1'),
+      trialPath: `/t/${session.pathId}/`,
+      command: script,
+      onLog: (line) => logLines.push(line),
+      onFailure: (message) => failures.push(message),
+    });
+    try {
+      await waitFor(() => Promise.resolve(failures.length > 0 ? true : null));
+      assert.match(failures[0]!, /sent a frame over \d+ characters; it was stopped/);
+      assert.equal(relay.failure(), failures[0]);
+      assert.ok(logLines.length <= 101, `stderr capped in the trial log: ${logLines.length} lines`);
+      assert.equal(logLines.at(-1), '(further relay stderr not logged)');
+    } finally {
+      await relay.close();
+    }
+  });
 
   it('runs a built-in agent through the relay in a real job: it does the task, the key nowhere in the container', async () => {
     const { connection } = await testTemporal();
@@ -214,3 +345,13 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
     assert.deepEqual(listenAddress('[::1]:8790'), { host: '::1', port: 8790 });
   });
 });
+
+async function waitFor<T>(probe: () => Promise<T | null>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== null) return value;
+    if (Date.now() > deadline) throw new Error(`not seen within ${timeoutMs / 1000} s`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}

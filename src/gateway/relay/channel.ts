@@ -20,7 +20,15 @@ export interface GatewayChannel {
   access: GatewayAccess;
   /** For the trial log: how the environment reaches the gateway. */
   description: string;
+  /** Why the channel was stopped mid-step (a relay that broke the protocol), or null. */
+  failure(): string | null;
   close(): Promise<void>;
+}
+
+/** What the relay tells the step: its stderr lines (capped), and that it was stopped. */
+export interface ChannelHooks {
+  onLog?: (line: string) => void;
+  onFailure?: (message: string) => void;
 }
 
 const DEFAULT_LISTEN = '127.0.0.1:8790';
@@ -31,32 +39,40 @@ export async function openGatewayChannel(
   environment: Environment,
   handle: EnvironmentHandle,
   env: NodeJS.ProcessEnv = process.env,
-  onLog?: (line: string) => void
+  hooks: ChannelHooks = {}
 ): Promise<GatewayChannel> {
   const none = async () => {};
+  const sound = () => null;
   const relayForced = env.ROLLOUT_GATEWAY_RELAY === '1' && environment.openProcess !== undefined;
   if (environment.gatewayHost && !relayForced) {
     const host = await environment.gatewayHost();
-    return { access: await session.access(host), description: `the gateway at ${host}`, close: none };
+    return { access: await session.access(host), description: `the gateway at ${host}`, failure: sound, close: none };
   }
   // The environment is this host itself (local): the gateway on loopback.
   if (environment.hostBound && !environment.gatewayHost && !environment.openProcess) {
-    return { access: await session.access(), description: 'the gateway on loopback', close: none };
+    return { access: await session.access(), description: 'the gateway on loopback', failure: sound, close: none };
   }
   const publicUrl = env.ROLLOUT_GATEWAY_PUBLIC_URL;
   if (publicUrl && !relayForced) {
     const { host, port } = listenAddress(env.ROLLOUT_GATEWAY_LISTEN ?? DEFAULT_LISTEN);
     await gateway.urlFor(host, port);
-    return { access: session.accessAt(publicUrl), description: `the public gateway URL ${publicUrl}`, close: none };
+    return {
+      access: session.accessAt(publicUrl),
+      description: `the public gateway URL ${publicUrl}`,
+      failure: sound,
+      close: none,
+    };
   }
   if (environment.openProcess) {
     const relay = await openGatewayRelay(environment, handle, {
       gatewayOrigin: await gateway.urlFor('127.0.0.1'),
-      ...(onLog ? { onLog } : {}),
+      trialPath: `/t/${session.pathId}/`,
+      ...hooks,
     });
     return {
       access: session.accessAt(relay.origin),
       description: `the gateway relay (${relay.runtime}) at ${relay.origin}`,
+      failure: () => relay.failure(),
       close: () => relay.close(),
     };
   }

@@ -16,6 +16,12 @@ const pending = new Map();
 let next = 0;
 const send = (frame) => process.stdout.write(JSON.stringify(frame) + "\\n");
 const server = http.createServer((req, res) => {
+  // Origin-form targets only ("/t/..."): an absolute URL or an authority is never carried to the worker.
+  if (!req.url.startsWith("/") || req.url.startsWith("//")) {
+    res.writeHead(400, { "content-type": "text/plain", connection: "close" });
+    res.end("rollout relay: only origin-form request targets (/t/...) are relayed\\n");
+    return;
+  }
   const id = ++next;
   pending.set(id, res);
   send({ t: "req", id, method: req.method, path: req.url, headers: req.headers });
@@ -66,7 +72,12 @@ def body_of(handler):
             if size == 0:
                 handler.rfile.readline()
                 return
-            yield handler.rfile.read(size)
+            while size > 0:
+                chunk = handler.rfile.read(min(size, 65536))
+                if not chunk:
+                    return
+                size -= len(chunk)
+                yield chunk
             handler.rfile.readline()
     else:
         left = int(handler.headers.get("Content-Length") or 0)
@@ -79,7 +90,18 @@ def body_of(handler):
 class Relay(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
+    def refuse(self, status, message):
+        self.close_connection = True
+        self.send_response(status)
+        self.send_header("content-type", "text/plain")
+        self.end_headers()
+        self.wfile.write(("rollout relay: " + message + "\\n").encode())
     def relay(self):
+        # Origin-form targets only ("/t/..."): an absolute URL or an authority is never carried to the worker.
+        if not self.path.startswith("/") or self.path.startswith("//"):
+            return self.refuse(400, "only origin-form request targets (/t/...) are relayed")
+        if sum(len(k) + len(v) for k, v in self.headers.items()) > 65536:
+            return self.refuse(431, "request headers over 64 KiB")
         with lock:
             counter[0] += 1
             rid = counter[0]
