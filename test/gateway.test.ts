@@ -58,6 +58,19 @@ function post(url: string, body: unknown, headers: Record<string, string>): Prom
   });
 }
 
+/** A POST whose body is streamed without a length (chunked): the status the gateway answered with. */
+function chunkedPost(url: string, token: string, body: Buffer): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'POST', headers: { authorization: `Bearer ${token}` } }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', reject);
+    for (let at = 0; at < body.length; at += 2 ** 20) req.write(body.subarray(at, at + 2 ** 20));
+    req.end();
+  });
+}
+
 describe('model gateway', () => {
   let gateway: ModelGateway;
   let scripted: ScriptedModelServer;
@@ -211,7 +224,80 @@ describe('model gateway', () => {
     assert.equal((calls[0]!.response as Json).content[0].type, 'tool_use');
     assert.deepEqual(calls[2]!.usage, scriptedUsage(0));
     assert.ok(!calls[2]!.path.includes('key='), 'the query string (which may hold a key) is not recorded');
+    // The Gemini key the agent put in the query goes upstream as x-goog-api-key, never in the URL.
+    assert.ok(!upstream.calls[2]!.path.includes('key='), upstream.calls[2]!.path);
+    assert.equal(upstream.calls[2]!.headers['x-goog-api-key'], REAL_KEYS.GEMINI_API_KEY);
     assert.equal(session.usage().calls, 2, 'count_tokens is not a model call');
+  });
+
+  it('a hostile agent: only generate, count-tokens and model-list routes are forwarded, only allowed headers, bodies bounded', async () => {
+    const { session, access, upstream } = await open('routes');
+    const auth = { authorization: `Bearer ${access.token}` };
+    const { openai, anthropic, gemini } = access.baseUrls;
+    const refused: [string, string][] = [
+      ['GET', `${openai}/files`],
+      ['POST', `${openai}/files`],
+      ['DELETE', `${openai}/files/file-abc`],
+      ['POST', `${openai}/batches`],
+      ['POST', `${openai}/fine_tuning/jobs`],
+      ['GET', `${openai}/organization/projects`],
+      ['POST', `${openai}/completions`],
+      ['POST', `${openai}/images/generations`],
+      ['GET', `${openai}/responses`],
+      ['DELETE', `${openai}/chat/completions`],
+      ['POST', `${openai}/chat/completions/x`],
+      ['GET', `${openai}/chat/completions?after=x`],
+      ['POST', `${anthropic}/v1/messages/batches`],
+      ['GET', `${anthropic}/v1/files`],
+      ['POST', `${anthropic}/v1/organizations/api_keys`],
+      ['GET', `${gemini}/v1beta/files`],
+      ['POST', `${gemini}/v1beta/cachedContents`],
+      ['POST', `${gemini}/v1beta/tunedModels`],
+      ['POST', `${gemini}/v1beta/models/gemini-2.5-pro:embedContent`],
+    ];
+    for (const [method, url] of refused) {
+      const res = await fetch(url, {
+        method,
+        headers: { ...auth, 'content-type': 'application/json' },
+        ...(method === 'POST' ? { body: '{"model":"gpt-5"}' } : {}),
+      });
+      assert.equal(res.status, 403, `${method} ${url}`);
+      assert.match(await res.text(), /not a model call this gateway forwards/);
+    }
+    assert.equal(upstream.calls.length, 0, 'no refused route reached upstream');
+
+    const hostileHeaders = {
+      ...auth,
+      'OpenAI-Organization': 'org-other',
+      'OpenAI-Project': 'proj-other',
+      'x-goog-user-project': 'billing-other',
+      'anthropic-beta': 'files-api-2025-04-14, interleaved-thinking-2025-05-14,mcp-client-2025-04-04',
+      cookie: 'session=x',
+      'x-forwarded-for': '10.0.0.1',
+      'x-stainless-lang': 'js',
+    };
+    const chat = { model: 'gpt-5', messages: [{ role: 'user', content: 'go' }] };
+    assert.equal((await post(`${openai}/chat/completions`, chat, hostileHeaders)).status, 200);
+    assert.equal((await fetch(`${openai}/models`, { headers: auth })).status, 200);
+    const sent = upstream.calls[0]!.headers;
+    for (const name of ['openai-organization', 'openai-project', 'x-goog-user-project', 'cookie', 'x-forwarded-for'])
+      assert.equal(sent[name], undefined, `${name} not passed upstream`);
+    assert.equal(sent['anthropic-beta'], 'interleaved-thinking-2025-05-14', 'only model-behaviour betas pass');
+    assert.equal(sent['x-stainless-lang'], 'js');
+    assert.equal(sent.authorization, `Bearer ${REAL_KEYS.OPENAI_API_KEY}`);
+
+    // Bodies: over 32 MiB refused (declared, or streamed without a length) before anything goes upstream.
+    const big = Buffer.alloc(33 * 2 ** 20, 'a');
+    assert.equal((await fetch(`${openai}/chat/completions`, { method: 'POST', headers: auth, body: big })).status, 413);
+    assert.equal(await chunkedPost(`${openai}/chat/completions`, access.token, big), 413);
+    assert.equal(upstream.calls.length, 2);
+    // Records keep at most 8 MiB of a body: a 9 MiB request is forwarded, recorded as its size.
+    const long = { model: 'gpt-5', messages: [{ role: 'user', content: 'x'.repeat(9 * 2 ** 20) }] };
+    assert.equal((await post(`${openai}/chat/completions`, long, auth)).status, 200);
+    await session.close();
+    const calls = await records(session);
+    assert.match(String(calls.at(-1)!.request), /^\[request of \d+ characters not recorded: over 8 MiB\]$/);
+    assert.ok(calls.at(-1)!.usage, 'its usage still counted');
   });
 
   it('refuses a wrong token, another trial’s token, and any token once its trial’s step ended; nothing reaches upstream', async () => {

@@ -27,15 +27,25 @@ import { CallLimits } from './call-limits';
 import { forward } from './forward';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from './records';
+import { boundedRecordLine } from './record-bounds';
 import type { RateLimitRule } from './rate-window';
 import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
 import type { Spend, TrialLimits } from './spend';
 import { addCallSpend, copySpend, emptySpend, limitReached } from './spend';
 import { UpstreamAgents } from './upstream-agents';
 import type { GatewayAccess, Upstreams } from './upstreams';
-import { HOP_BY_HOP, credentialOf, parseJson, readBody, reply } from './wire';
+import { allowedRoute, passedHeaders } from './routes';
+import { credentialOf, parseJson, readBody, reply } from './wire';
 
 const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
+/** Where a key the agent passed as `?key=` goes upstream instead: the vendor's own header. */
+const QUERY_KEY_HEADER: Record<Vendor, 'authorization' | 'x-api-key' | 'x-goog-api-key'> = {
+  openai: 'authorization',
+  anthropic: 'x-api-key',
+  gemini: 'x-goog-api-key',
+};
+/** The largest request body forwarded (a long context with images fits many times); larger ones get 413. */
+export const MAX_REQUEST_BYTES = 32 * 2 ** 20;
 
 export interface ApiFailure {
   type: ApiErrorType;
@@ -59,6 +69,8 @@ export interface TrialSessionOptions {
 export class TrialSession implements SpendSource {
   readonly token = `rollout-${randomBytes(24).toString('hex')}`;
   private seq = 0;
+  /** Bytes written to the calls file so far (record-bounds.ts caps it). */
+  private recordedBytes = 0;
   private writes: Promise<void> = Promise.resolve();
   private lastFailure: ApiFailure | null = null;
   private readonly spent: Spend = emptySpend();
@@ -81,7 +93,7 @@ export class TrialSession implements SpendSource {
     readonly options: TrialSessionOptions
   ) {
     this.callsFile = path.join(options.agentDir, LLM_CALLS_FILE);
-    const hash = createHash('sha256').update(options.trialId).digest('hex').slice(0, 8);
+    const hash = createHash('sha256').update(options.trialId).digest('hex').slice(0, 16);
     this.pathId = `${options.trialId.replace(/[^A-Za-z0-9._-]+/g, '-').slice(-60)}-${hash}`;
     this.jobBudget = options.budget ? gateway.budgetOf(options.budget.jobName) : null;
   }
@@ -159,7 +171,9 @@ export class TrialSession implements SpendSource {
       addCallSpend(this.spent, call.model, call.usage);
       this.jobBudget?.changed(this);
     }
-    const line = `${JSON.stringify(call)}\n`;
+    const line = boundedRecordLine(call, this.recordedBytes);
+    if (line === null) return;
+    this.recordedBytes += Buffer.byteLength(line);
     this.writes = this.writes.then(() => appendFile(this.callsFile, line));
   }
 
@@ -286,28 +300,35 @@ export class ModelGateway {
       return reply(res, 401, 'invalid or expired trial token', vendor);
     }
     const rest = match[3] ?? '/';
+    const method = req.method ?? 'GET';
+    const kind = allowedRoute(vendor, method, rest);
+    if (kind === null) {
+      // Files, batches, fine-tuning, organisation endpoints, a WebSocket upgrade: never sent upstream with the key.
+      req.resume();
+      return reply(res, 403, `rollout: ${method} ${rest} is not a model call this gateway forwards`, vendor);
+    }
     const dialect = dialectOf(vendor, rest);
-    const requestBody = await readBody(req);
+    const requestBody = await readBody(req, MAX_REQUEST_BYTES);
+    if (requestBody === null) {
+      res.setHeader('connection', 'close');
+      return reply(res, 413, `rollout: request body over ${MAX_REQUEST_BYTES / 2 ** 20} MiB`, vendor);
+    }
     const body = parseJson(requestBody);
     const upstream = session.options.upstreams[vendor];
     const target = new URL(upstream.baseUrl + rest);
     for (const [key, value] of url.searchParams) if (key !== 'key') target.searchParams.append(key, value);
-    const headers: http.OutgoingHttpHeaders = {};
-    for (const [key, value] of Object.entries(req.headers)) {
-      if (!HOP_BY_HOP.has(key) && key !== 'authorization' && key !== 'x-api-key' && key !== 'x-goog-api-key')
-        headers[key] = value;
-    }
+    const headers: http.OutgoingHttpHeaders = passedHeaders(req.headers);
     if (upstream.apiKey !== null) {
-      // The real key goes where the client put the token, so each SDK's own auth scheme is kept.
-      if (credential.where === 'query') target.searchParams.set('key', upstream.apiKey);
-      else if (credential.where === 'authorization') headers.authorization = `Bearer ${upstream.apiKey}`;
-      else headers[credential.where] = upstream.apiKey;
+      // The real key goes where the client put the token, so each SDK's own auth scheme is kept; never in a URL
+      // (a key in the query string ends up in proxies' and error pages' URLs): Gemini's `?key=` becomes its header.
+      const where = credential.where === 'query' ? QUERY_KEY_HEADER[vendor] : credential.where;
+      if (where === 'authorization') headers.authorization = `Bearer ${upstream.apiKey}`;
+      else headers[where] = upstream.apiKey;
     }
     headers['content-length'] = String(requestBody.length);
 
     const started = Date.now();
     const seq = session.nextSeq();
-    const kind = dialect?.match(rest) ?? 'other';
     const model = dialect?.model(body ?? {}, rest) ?? null;
     const stream = dialect ? dialect.stream(body ?? {}, rest, url.searchParams) : false;
     const record = (ended: Pick<LlmCallRecord, 'status' | 'response' | 'usage' | 'error'> & Partial<LlmCallRecord>) =>
@@ -318,7 +339,7 @@ export class ModelGateway {
         latency_ms: Date.now() - started,
         dialect: dialect?.name ?? null,
         kind,
-        method: req.method ?? 'GET',
+        method,
         path: rest,
         model,
         stream,

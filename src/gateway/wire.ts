@@ -43,10 +43,23 @@ export function reply(res: http.ServerResponse, status: number, message: string,
   res.end(text);
 }
 
-export async function readBody(req: http.IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of req as AsyncIterable<Buffer>) chunks.push(chunk);
-  return Buffer.concat(chunks);
+/** The request's body, or null once it passes `limit` bytes (the rest is left unread: reply, then close). */
+export function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer | null> {
+  if (Number(req.headers['content-length'] ?? 0) > limit) return Promise.resolve(null);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) return void chunks.push(chunk);
+      req.off('data', onData);
+      req.pause();
+      resolve(null);
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
 }
 
 export function parseJson(body: Buffer): Record<string, unknown> | null {

@@ -18,6 +18,7 @@ import { startTrialWorkflow } from '../api/submit';
 import { jobFiles, readJson } from '../results/files';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
+import { VENDOR_ENV } from '../gateway/upstreams';
 import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
@@ -75,6 +76,38 @@ export type StatusResponse = z.infer<typeof StatusResponseSchema>;
 /** The /init metadata as kept in the memo: only `rollout_id` is sure to be there. */
 export type RolloutMetadata = Pick<InitRequest['metadata'], 'rollout_id'> & Partial<InitRequest['metadata']>;
 
+/** Every variable the gateway reads an OpenAI key from, emptied (an empty value counts as unset). */
+const NO_OPENAI_KEY = Object.fromEntries(VENDOR_ENV.openai.keys.map((name) => [name, '']));
+
+/** Field names of credentials a client may put in completion_params (`api_key`, `extra_headers`, …). */
+const CREDENTIAL_FIELD = /(?:^|_)(?:api_?key|key|secret|password|auth|authorization|access_token|token|headers)$/i;
+
+/**
+ * completion_params without credential-like fields, at any depth: the rest goes in plain text into the trial's
+ * Temporal history and the container (ROLLOUT_COMPLETION_PARAMS); a key belongs in /init's `api_key`, which is sealed.
+ */
+export function withoutCredentials(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutCredentials);
+  if (value === null || typeof value !== 'object') return value;
+  const kept = Object.entries(value as Record<string, unknown>).filter(([name]) => !CREDENTIAL_FIELD.test(name));
+  return Object.fromEntries(kept.map(([name, inner]) => [name, withoutCredentials(inner)]));
+}
+
+/**
+ * The env a rollout's agent gets from /init (plain text: it goes into Temporal history and the container). The
+ * caller's model URL is never paired with a key of this worker's: only /init's own api_key (sealed, added over this),
+ * or none (empty values hide the agent config's OpenAI keys from the gateway's upstream).
+ */
+export function rolloutAgentEnv(request: InitRequest, baseUrl: string | undefined): Record<string, string> {
+  const params = request.completion_params;
+  return {
+    ROLLOUT_MODEL: params.model,
+    ROLLOUT_COMPLETION_PARAMS: JSON.stringify(withoutCredentials(params)),
+    ROLLOUT_ROLLOUT_ID: request.metadata.rollout_id,
+    ...(baseUrl ? { ROLLOUT_MODEL_BASE_URL: baseUrl, OPENAI_BASE_URL: baseUrl, ...NO_OPENAI_KEY } : {}),
+  };
+}
+
 /** A request that cannot start a rollout (an unknown task, a model URL that names no model): 400. */
 export class BadInitError extends Error {}
 
@@ -106,7 +139,7 @@ export class RemoteRollouts {
           `the dataset has ${known.slice(0, 10).join(', ')}${known.length > 10 ? `, … (${known.length})` : ''}`
       );
     }
-    const { completion_params: params, api_key: apiKey } = request;
+    const apiKey = request.api_key;
     let baseUrl: string | undefined;
     try {
       baseUrl = request.model_base_url ? upstreamModelUrl(request.model_base_url, this.isThisServer) : undefined;
@@ -115,12 +148,7 @@ export class RemoteRollouts {
     }
     const spec: TrialSpec = {
       ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
-      agentEnv: {
-        ROLLOUT_MODEL: params.model,
-        ROLLOUT_COMPLETION_PARAMS: JSON.stringify(params),
-        ROLLOUT_ROLLOUT_ID: request.metadata.rollout_id,
-        ...(baseUrl ? { ROLLOUT_MODEL_BASE_URL: baseUrl, OPENAI_BASE_URL: baseUrl } : {}),
-      },
+      agentEnv: rolloutAgentEnv(request, baseUrl),
       ...(apiKey ? { sealedAgentEnv: sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }) } : {}),
     };
     await startTrialWorkflow(this.client, spec, { [METADATA_MEMO]: request.metadata });

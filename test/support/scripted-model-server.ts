@@ -139,6 +139,8 @@ export interface RecordedCall {
   fault: FaultKind | null;
   usage: Usage | null;
   credential: string | null;
+  /** The request's headers as they arrived (what a gateway passed on). */
+  headers: Record<string, string | string[] | undefined>;
   requestBody: unknown;
   /** When the request arrived (ms since the epoch). */
   at: number;
@@ -849,6 +851,7 @@ export async function startScriptedModelServer(
       fault: null,
       usage: null,
       credential: credentialOf(req, url),
+      headers: { ...req.headers },
       requestBody: text ? body : null,
       at: Date.now(),
     };
