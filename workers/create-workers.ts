@@ -18,6 +18,7 @@ import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
+import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
@@ -33,6 +34,8 @@ export interface WorkerSetOptions {
   /** The Temporal server's address and namespace: the deployment whose environments these workers own. */
   address: string;
   namespace: string;
+  /** TLS, API key, gRPC metadata of the connection (Temporal's environment configuration, see src/temporal/envconfig.ts). */
+  connectionOptions?: TemporalConnectionOptions;
   /** The host whose environments these workers create and its janitor looks after (`--host-id`). */
   hostId?: string;
   /**
@@ -189,7 +192,7 @@ export async function startWorkers(
     }
   };
   const lease = await leaseWorkerId(owner.hostId, owner.deployment);
-  const connection = await NativeConnection.connect({ address: options.address });
+  const connection = await NativeConnection.connect({ address: options.address, ...options.connectionOptions });
   const slots = new CountingTrialSlots(options.maxTrials);
   const workers = await createWorkers({
     ...options,

@@ -161,6 +161,7 @@ export function buildProgram(): Command {
         const workers = await startWorkers({
           address: endpoint.address,
           namespace: endpoint.namespace,
+          connectionOptions: endpoint.connection,
           client,
           hostId: opts.hostId,
           environmentTypes: opts.env,
