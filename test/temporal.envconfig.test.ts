@@ -80,7 +80,7 @@ describe('Temporal environment configuration', () => {
     assert.equal(loadTemporalProfile(env({ TEMPORAL_API_KEY: SECRET })).connection.tls, true);
   });
 
-  it('names a missing or bad certificate, a half pair and an unknown profile, without secrets', async () => {
+  it('names a missing or bad certificate, a half pair and an unknown profile, without secrets', () => {
     const { cert } = makeCert('half');
     const notPem = path.join(dir, 'not.pem');
     const cases: [Record<string, string>, RegExp][] = [

@@ -19,6 +19,7 @@ import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
+import { rolloutDataConverter } from '../src/temporal/payload-codec';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
@@ -101,7 +102,14 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
   };
   const activities = createProviderActivities(deps);
-  const common = { connection: options.connection, namespace: options.namespace, identity, shutdownGraceTime: 5_000 };
+  const common = {
+    connection: options.connection,
+    namespace: options.namespace,
+    identity,
+    shutdownGraceTime: 5_000,
+    // Encrypts what the workers write (ROLLOUT_PAYLOAD_KEY); codecs run outside the workflow sandbox.
+    dataConverter: rolloutDataConverter(),
+  };
 
   const workers: Promise<Worker>[] = [];
   for (const type of options.environmentTypes) {

@@ -33,6 +33,7 @@ import { jobStatus } from './status';
 import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
+import { addCodecServerCommand } from './codec-server';
 
 /**
  * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
@@ -254,6 +255,7 @@ export function buildProgram(): Command {
   });
 
   addViewCommand(program);
+  addCodecServerCommand(program);
   addStoreCommands(program);
 
   program

@@ -5,6 +5,7 @@ import { temporal } from '@temporalio/proto';
 import { devServerConfig, ensureDevServer } from './dev-server';
 import type { ProfileSetting, TemporalConnectionOptions } from './envconfig';
 import { loadTemporalProfile, TemporalConfigError } from './envconfig';
+import { rolloutDataConverter } from './payload-codec';
 import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
 
 /**
@@ -26,6 +27,7 @@ export interface TemporalEndpoint {
 
 export async function resolveTemporal(options: { startDevServer: boolean }): Promise<TemporalEndpoint> {
   const profile = loadTemporalProfile();
+  rolloutDataConverter(); // a bad ROLLOUT_PAYLOAD_KEY stops here, before anything starts
   const { namespace, where } = profile;
   if (profile.address) {
     const uiUrl = process.env.TEMPORAL_UI_URL ?? null;
@@ -67,7 +69,10 @@ export async function connectClient(endpoint: TemporalEndpoint): Promise<{ conne
     await connection.close();
     throw err;
   }
-  return { connection, client: new Client({ connection, namespace: endpoint.namespace }) };
+  return {
+    connection,
+    client: new Client({ connection, namespace: endpoint.namespace, dataConverter: rolloutDataConverter() }),
+  };
 }
 
 async function checkNamespace(

@@ -36,7 +36,7 @@ export interface TemporalProfile {
   namespace: string;
   connection: TemporalConnectionOptions;
   /** Where each setting came from, for error messages: `TEMPORAL_API_KEY`, `api_key of profile "prod" in <file>`. */
-  where(setting: ProfileSetting): string;
+  where: (setting: ProfileSetting) => string;
 }
 
 export type ProfileSetting =
@@ -102,7 +102,7 @@ export function loadTemporalProfile(env: NodeJS.ProcessEnv = process.env): Tempo
     namespace: profile.namespace ?? 'default',
     connection: {
       ...(tls !== undefined ? { tls } : {}),
-      ...(apiKey !== undefined ? { apiKey: apiKey as string } : {}),
+      ...(apiKey !== undefined ? { apiKey } : {}),
       ...(metadata && Object.keys(metadata).length > 0 ? { metadata: metadata as Record<string, string> } : {}),
     },
     where,
