@@ -14,9 +14,9 @@ major=$("$node" -p 'process.versions.node.split(".")[0]')
 docker image inspect debian:bookworm-slim >/dev/null 2>&1 || { echo "[build-image] error: no debian:bookworm-slim image: run scripts/setup.sh" >&2; exit 1; }
 rm -rf "$stage"
 mkdir -p "$stage"
-cp "$node" "$stage/node"
-cp -r "$npm_dir" "$stage/npm"
-cp /etc/ssl/certs/ca-certificates.crt "$stage/ca-certificates.crt"
+cp -p "$node" "$stage/node"
+cp -a "$npm_dir" "$stage/npm"
+cp -pL /etc/ssl/certs/ca-certificates.crt "$stage/ca-certificates.crt"  # -p: unchanged files keep the build cache
 started=$SECONDS
 # DOCKER_BUILDKIT=0: the classic builder needs no Dockerfile frontend image (no registry here).
 DOCKER_BUILDKIT=0 docker build -q -t "$tag" "$repo" >/dev/null
