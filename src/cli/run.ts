@@ -263,6 +263,7 @@ function startJobWorkers(
   return startWorkers({
     address: endpoint.address,
     namespace: endpoint.namespace,
+    connectionOptions: endpoint.connection,
     client,
     hostId,
     environmentTypes: [job.environment.type],
