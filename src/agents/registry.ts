@@ -5,6 +5,7 @@
 import aider from './aider';
 import type { BuiltinAgentDefinition } from './builtin';
 import claudeCode from './claude-code';
+import cline from './cline';
 import codex from './codex';
 import copilotCli from './copilot-cli';
 import geminiCli from './gemini-cli';
@@ -26,6 +27,7 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   copilotCli,
   pi,
   kimi,
+  cline,
   terminus,
 ];
 
@@ -48,6 +50,5 @@ export const UNSUPPORTED_AGENTS: readonly { name: string; reason: string }[] = [
     reason: 'needs Python >= 3.12: bookworm has 3.11, and Python builds come from GitHub (uv python install)',
   },
   { name: 'openhands-sdk', reason: 'needs Python >= 3.12 (as mistral-vibe)' },
-  { name: 'cline', reason: 'on npm; how its CLI takes an OpenAI-compatible base URL is not established: not verified' },
   { name: 'hermes', reason: 'on PyPI (hermes-agent); how it takes an OpenAI-compatible base URL is not established' },
 ];
