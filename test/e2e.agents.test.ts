@@ -244,28 +244,32 @@ describe('built-in agents end to end through the gateway against the scripted mo
   }
 
   const rateLimited = { skip: !('terminus-rate-limited' in AGENTS) };
-  it('a rate limit is absorbed at the gateway: no retry of the trial; the call records both attempts', rateLimited, async () => {
-    const name = 'terminus-rate-limited';
-    const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
-    assert.deepEqual(
-      results.map((r) => [r.retries, r.error]),
-      [
-        [0, null],
-        [0, null],
-      ]
-    );
-    const calls = await Promise.all(
-      [1, 2].map((attempt) => callRecords(path.join(trialDir(name, attempt), 'agent', 'llm-calls.jsonl')))
-    );
-    const retried = calls.flat().filter((call) => (call.attempts ?? []).length > 1);
-    assert.equal(retried.length, 1, 'the one 429 the server gave was retried at the gateway');
-    assert.deepEqual(
-      retried[0]!.attempts!.map((a) => a.status),
-      [429, 200]
-    );
-    assert.ok(calls.flat().every((call) => call.status === 200));
-    results.forEach((result, i) => assert.equal(result.usage?.n_llm_calls, calls[i]!.length));
-  });
+  it(
+    'a rate limit is absorbed at the gateway: no retry of the trial; the call records both attempts',
+    rateLimited,
+    async () => {
+      const name = 'terminus-rate-limited';
+      const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
+      assert.deepEqual(
+        results.map((r) => [r.retries, r.error]),
+        [
+          [0, null],
+          [0, null],
+        ]
+      );
+      const calls = await Promise.all(
+        [1, 2].map((attempt) => callRecords(path.join(trialDir(name, attempt), 'agent', 'llm-calls.jsonl')))
+      );
+      const retried = calls.flat().filter((call) => (call.attempts ?? []).length > 1);
+      assert.equal(retried.length, 1, 'the one 429 the server gave was retried at the gateway');
+      assert.deepEqual(
+        retried[0]!.attempts!.map((a) => a.status),
+        [429, 200]
+      );
+      assert.ok(calls.flat().every((call) => call.status === 200));
+      results.forEach((result, i) => assert.equal(result.usage?.n_llm_calls, calls[i]!.length));
+    }
+  );
 
   for (const name of INSTALLED) {
     it(`${name}: installed at most once on this host; later attempts start from the install snapshot`, async () => {
