@@ -16,6 +16,8 @@ import { ModelGateway } from '../src/gateway/gateway';
 import type { LlmCallRecord } from '../src/gateway/records';
 import { readCallRecords } from '../src/gateway/records';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
+import type { TokenView } from '../src/export/token-view';
+import { TokenViewBuilder } from '../src/export/token-view';
 import type { Scenario, ScriptedModelServer } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
 import { chatCompletionIds, chatPromptIds, tokenLogprob } from './support/vllm-tokens';
@@ -32,10 +34,15 @@ const BASH = {
   function: { name: 'bash', parameters: { type: 'object', properties: { command: { type: 'string' } } } },
 };
 
-async function records(session: TrialSession): Promise<LlmCallRecord[]> {
-  const out: LlmCallRecord[] = [];
-  for await (const record of readCallRecords(session.callsFile)) out.push(record);
-  return out.filter((r) => r.kind === 'generate');
+/** The trial's generation records, once there are as many as calls the server answered (each is written as its call ends). */
+async function records(session: TrialSession, upstreamCalls?: number): Promise<LlmCallRecord[]> {
+  const want = upstreamCalls ?? 0;
+  for (let waited = 0; ; waited += 20) {
+    const out: LlmCallRecord[] = [];
+    for await (const record of readCallRecords(session.callsFile)) if (record.kind === 'generate') out.push(record);
+    if (out.length >= want || waited > 5_000) return out;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 /** The reply of a chat call, streamed or not, as the agent's SDK would see it (chunks kept for inspection). */
@@ -90,6 +97,32 @@ async function agentLoop(session: TrialSession, stream: boolean, turns: number):
   return messages;
 }
 
+function tokenView(calls: LlmCallRecord[]): TokenView {
+  const builder = new TokenViewBuilder();
+  for (const call of calls) builder.add(call);
+  return builder.view();
+}
+
+/** Every call's prompt is its segment so far plus what was inserted; logprobs align with the mask's 1s. */
+function assertExact(view: TokenView, calls: LlmCallRecord[]): void {
+  for (const segment of view.segments) {
+    assert.equal(segment.response_ids.length, segment.loss_mask.length);
+    assert.equal(segment.logprobs!.length, segment.loss_mask.filter((m) => m === 1).length);
+    for (const [i, entry] of segment.calls.entries()) {
+      const call = calls.find((c) => c.seq === entry.seq)!;
+      // The segment up to this call's sampled tokens is exactly the prompt the server saw.
+      assert.deepEqual(
+        [...segment.prompt_ids, ...segment.response_ids.slice(0, entry.response_start)],
+        call.prompt_token_ids
+      );
+      assert.deepEqual(segment.response_ids.slice(entry.response_start, entry.response_end), call.completion_token_ids);
+      assert.ok(segment.loss_mask.slice(entry.response_start, entry.response_end).every((m) => m === 1));
+      const before = i === 0 ? 0 : segment.calls[i - 1]!.response_end;
+      assert.ok(segment.loss_mask.slice(before, entry.response_start).every((m) => m === 0));
+    }
+  }
+}
+
 let gatewayUrl: Promise<string>;
 
 describe('gateway: tokens, sampling, session id, replicas, policy version (scripted vLLM stand-in)', () => {
@@ -134,7 +167,7 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
         assert.equal((call.requestBody as Json).logprobs, true);
         assert.equal(call.sessionHeader, `job/tokens-${stream}`);
       }
-      const calls = await records(session);
+      const calls = await records(session, upstream.calls.length);
       assert.equal(calls.length, 3);
       for (const [i, call] of calls.entries()) {
         const request = upstream.calls[i]!.requestBody as Json;
@@ -156,12 +189,37 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
     });
   }
 
+  it('exact token view: a multi-turn trial is one segment; a compacted context starts a second, and says why', async () => {
+    const { session } = await open('view', { shaping: { tokens: true } });
+    const messages = await agentLoop(session, true, 3);
+    const whole = await records(session, 3);
+    const view = tokenView(whole);
+    assert.equal(view.segments.length, 1);
+    assert.deepEqual(
+      view.segments[0]!.calls.map((c) => c.seq),
+      whole.map((c) => c.seq)
+    );
+    assertExact(view, whole);
+    // Tool results and turn markers between calls are masked out.
+    assert.ok(view.segments[0]!.loss_mask.includes(0));
+
+    // The agent compacts: its history becomes a summary, and it goes on from there.
+    const compacted = [messages[0]!, { role: 'user', content: 'Summary so far: listed files, read a.txt. Go on.' }];
+    await chat(session, { messages: compacted, stream: false });
+    const after = await records(session, 4);
+    const split = tokenView(after);
+    assert.equal(split.segments.length, 2);
+    assert.deepEqual(split.splits, { history_rewritten: 1 });
+    assert.equal(split.segments[1]!.split, 'history_rewritten');
+    assertExact(split, after);
+  });
+
   it('an agent that asked for logprobs itself keeps them; ids it did not ask for are stripped', async () => {
     const { session } = await open('own-logprobs', { shaping: { tokens: true } });
     const { raw } = await chat(session, { messages: [{ role: 'user', content: 'go' }], logprobs: true });
     assert.ok(raw[0]!.choices[0].logprobs.content.length > 0);
     assert.equal(raw[0]!.choices[0].token_ids, undefined);
-    const [call] = await records(session);
+    const [call] = await records(session, 1);
     assert.deepEqual(call!.added, ['return_token_ids']);
   });
 
@@ -174,7 +232,7 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
     assert.equal(sent.top_p, 1);
     // The agent capped with max_completion_tokens: the enforced cap goes there (it wins upstream).
     assert.equal(sent.max_completion_tokens, 512);
-    const [call] = await records(session);
+    const [call] = await records(session, 1);
     assert.deepEqual(call!.sampling, {
       enforced: sampling,
       agent: { temperature: 0.2, top_p: null, max_completion_tokens: 64 },
@@ -206,7 +264,7 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
     assert.equal(byReplica(r1.openAiBaseUrl).size, 2);
     assert.equal(byReplica(r2.openAiBaseUrl).size, 2);
     for (const { session } of trials) {
-      const used = new Set((await records(session)).map((r) => r.replica));
+      const used = new Set((await records(session, 2)).map((r) => r.replica));
       assert.equal(used.size, 1, `trial ${session.options.trialId} used ${[...used].join(', ')}`);
     }
 
@@ -215,7 +273,7 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
     const notes: string[] = [];
     const { session } = await open('moved', { replicas: [dead, r2.openAiBaseUrl], note: (l) => notes.push(l) });
     await chat(session, { messages: [{ role: 'user', content: 'go' }] });
-    const [call] = await records(session);
+    const [call] = await records(session, 1);
     assert.equal(call!.status, 200);
     assert.equal(call!.replica, r2.openAiBaseUrl);
     assert.match(notes.join('\n'), /replica http:\/\/127\.0\.0\.1:9\/v1 did not answer .* go to http/);
@@ -231,7 +289,7 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
     version = 4;
     await chat(session, { messages: [{ role: 'user', content: 'go' }] });
     assert.deepEqual(
-      (await records(session)).map((r) => r.policy_version),
+      (await records(session, 2)).map((r) => r.policy_version),
       [3, 4]
     );
   });
