@@ -24,6 +24,9 @@ import { dialectOf } from './dialects';
 import type { ApiErrorType } from './errors';
 import type { CallLimitsOptions } from './call-limits';
 import { CallLimits } from './call-limits';
+import type { ShapedCall, TrainingOptions } from './call-additions';
+import { replyFilter, shapeCall, trainingFields } from './call-additions';
+import type { Forwarded } from './forward';
 import { forward } from './forward';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from './records';
@@ -33,19 +36,13 @@ import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
 import type { Spend, TrialLimits } from './spend';
 import { addCallSpend, copySpend, emptySpend, limitReached } from './spend';
 import { UpstreamAgents } from './upstream-agents';
-import type { GatewayAccess, Upstreams } from './upstreams';
-import { allowedRoute, passedHeaders } from './routes';
-import { credentialOf, parseJson, readBody, reply } from './wire';
+import type { ReplicaPool } from './replicas';
+import { ReplicaPools, StickyReplica } from './replicas';
+import { acceptedCall, passedHeaders, upstreamKeyPlace } from './routes';
+import type { GatewayAccess, Upstream, Upstreams } from './upstreams';
+import { credentialOf, parseJson, reply, upstreamTarget } from './wire';
 
 const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
-/** Where a key the agent passed as `?key=` goes upstream instead: the vendor's own header. */
-const QUERY_KEY_HEADER: Record<Vendor, 'authorization' | 'x-api-key' | 'x-goog-api-key'> = {
-  openai: 'authorization',
-  anthropic: 'x-api-key',
-  gemini: 'x-goog-api-key',
-};
-/** The largest request body forwarded (a long context with images fits many times); larger ones get 413. */
-export const MAX_REQUEST_BYTES = 32 * 2 ** 20;
 
 export interface ApiFailure {
   type: ApiErrorType;
@@ -53,7 +50,7 @@ export interface ApiFailure {
   message: string;
 }
 
-export interface TrialSessionOptions {
+export interface TrialSessionOptions extends TrainingOptions {
   trialId: string;
   /** The trial's `agent/` folder on this host: llm-calls.jsonl goes there. */
   agentDir: string;
@@ -78,6 +75,8 @@ export class TrialSession implements SpendSource {
   private ended = false;
   private readonly jobBudget: JobBudget | null;
   readonly sessionId = randomBytes(12).toString('hex');
+  /** The replica this trial's OpenAI calls go to (job.yaml `replicas`), or null. */
+  readonly replicas: StickyReplica | null;
   private readonly totals: Usage & { calls: number } = {
     input_tokens: 0,
     output_tokens: 0,
@@ -96,6 +95,9 @@ export class TrialSession implements SpendSource {
     const hash = createHash('sha256').update(options.trialId).digest('hex').slice(0, 16);
     this.pathId = `${options.trialId.replace(/[^A-Za-z0-9._-]+/g, '-').slice(-60)}-${hash}`;
     this.jobBudget = options.budget ? gateway.budgetOf(options.budget.jobName) : null;
+    this.replicas = options.replicas?.length
+      ? new StickyReplica(gateway.replicaPool(options.replicas), options.note ?? (() => undefined))
+      : null;
   }
 
   get agentName(): string {
@@ -180,6 +182,7 @@ export class TrialSession implements SpendSource {
   /** Ends the token's validity; resolves once every record is on disk. */
   async close(): Promise<void> {
     this.gateway.forget(this);
+    if (!this.ended) this.replicas?.release();
     this.ended = true;
     if (this.jobBudget) {
       this.jobBudget.changed(this);
@@ -207,6 +210,7 @@ export class ModelGateway {
   private readonly agents = new UpstreamAgents();
   private readonly callLimits: CallLimits;
   private readonly budgets = new Map<string, JobBudget>();
+  private readonly replicaPools = new ReplicaPools();
   private readonly maxWaitMs: number;
 
   constructor(private readonly options: ModelGatewayOptions = {}) {
@@ -248,6 +252,10 @@ export class ModelGateway {
     let budget = this.budgets.get(jobName);
     if (!budget) this.budgets.set(jobName, (budget = new JobBudget(ledgers, jobName)));
     return budget;
+  }
+
+  replicaPool(replicas: string[]): ReplicaPool {
+    return this.replicaPools.of(replicas);
   }
 
   forget(session: TrialSession): void {
@@ -300,37 +308,29 @@ export class ModelGateway {
       return reply(res, 401, 'invalid or expired trial token', vendor);
     }
     const rest = match[3] ?? '/';
-    const method = req.method ?? 'GET';
-    const kind = allowedRoute(vendor, method, rest);
-    if (kind === null) {
-      // Files, batches, fine-tuning, organisation endpoints, a WebSocket upgrade: never sent upstream with the key.
-      req.resume();
-      return reply(res, 403, `rollout: ${method} ${rest} is not a model call this gateway forwards`, vendor);
-    }
+    const accepted = await acceptedCall(req, res, vendor, rest);
+    if (!accepted) return;
+    const { kind, method, received } = accepted;
     const dialect = dialectOf(vendor, rest);
-    const requestBody = await readBody(req, MAX_REQUEST_BYTES);
-    if (requestBody === null) {
-      res.setHeader('connection', 'close');
-      return reply(res, 413, `rollout: request body over ${MAX_REQUEST_BYTES / 2 ** 20} MiB`, vendor);
-    }
-    const body = parseJson(requestBody);
-    const upstream = session.options.upstreams[vendor];
-    const target = new URL(upstream.baseUrl + rest);
-    for (const [key, value] of url.searchParams) if (key !== 'key') target.searchParams.append(key, value);
+    const agentBody = parseJson(received);
+    // job.yaml `tokens` and `sampling`: the call as the upstream gets it (./call-additions).
+    const shaped: ShapedCall | null =
+      kind === 'generate' && dialect && agentBody && session.options.shaping
+        ? shapeCall(dialect, agentBody, session.options.shaping)
+        : null;
+    const body = shaped?.body ?? agentBody;
+    const requestBody = shaped ? Buffer.from(JSON.stringify(shaped.body)) : received;
     const headers: http.OutgoingHttpHeaders = passedHeaders(req.headers);
-    if (upstream.apiKey !== null) {
-      // The real key goes where the client put the token, so each SDK's own auth scheme is kept; never in a URL
-      // (a key in the query string ends up in proxies' and error pages' URLs): Gemini's `?key=` becomes its header.
-      const where = credential.where === 'query' ? QUERY_KEY_HEADER[vendor] : credential.where;
-      if (where === 'authorization') headers.authorization = `Bearer ${upstream.apiKey}`;
-      else headers[where] = upstream.apiKey;
-    }
     headers['content-length'] = String(requestBody.length);
+    // Prefix-cache affinity for inference servers and their routers (SkyRL's convention): one id per trial.
+    headers['x-session-id'] = session.options.trialId;
 
     const started = Date.now();
     const seq = session.nextSeq();
     const model = dialect?.model(body ?? {}, rest) ?? null;
     const stream = dialect ? dialect.stream(body ?? {}, rest, url.searchParams) : false;
+    // Read while the call runs (no added latency): the job's policy version when the call started, or later.
+    const policyVersion = kind === 'generate' ? session.options.policyVersion?.().catch(() => null) : undefined;
     const record = (ended: Pick<LlmCallRecord, 'status' | 'response' | 'usage' | 'error'> & Partial<LlmCallRecord>) =>
       session.record({
         seq,
@@ -363,24 +363,38 @@ export class ModelGateway {
     }
     const rules = kind === 'generate' ? this.callLimits.rulesOf(session.options.rateLimits ?? [], vendor, model) : [];
     const rateLimitWaitMs = await this.callLimits.sharedLeases(rules, requestBody, res);
-    const forwarded = await forward(
-      { req, res, target, headers, body: requestBody, dialect },
-      {
-        agents: this.agents,
-        limit: this.callLimits.limitOf(target, rules),
-        owner: session.pathId,
-        maxWaitMs: this.maxWaitMs,
-      }
-    );
-    const { status, response } = forwarded;
+    const filter = dialect && shaped ? replyFilter(dialect, shaped.added) : null;
+    const keyPlace = upstreamKeyPlace(vendor, credential.where);
+    const send = (upstream: Upstream, lastTry: boolean) => {
+      const { target, headers: keyed } = upstreamTarget(upstream, rest, url.searchParams, headers, keyPlace);
+      return forward(
+        { req, res, target, headers: keyed, body: requestBody, dialect, filter, replyUnreachable: lastTry },
+        {
+          agents: this.agents,
+          limit: this.callLimits.limitOf(target, rules),
+          owner: session.pathId,
+          maxWaitMs: this.maxWaitMs,
+        }
+      );
+    };
+    const sticky = vendor === 'openai' ? session.replicas : null;
+    const forwarded: Forwarded & { replica?: string } = await (sticky
+      ? sticky.forward(res, (replica, lastTry) =>
+          send({ ...session.options.upstreams.openai, baseUrl: replica }, lastTry)
+        )
+      : send(session.options.upstreams[vendor], true));
+    const { status, response, attempts } = forwarded;
+    const ok = dialect && status > 0 && status < 400 && response !== null;
     record({
       status,
       response,
-      usage: dialect && status > 0 && status < 400 && response !== null ? dialect.usage(response) : null,
+      usage: ok ? dialect.usage(response) : null,
       error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
-      attempts: forwarded.attempts,
+      attempts,
       waited_ms: forwarded.waitedMs + rateLimitWaitMs,
       ...(rules.length > 0 ? { rate_limit_wait_ms: rateLimitWaitMs } : {}),
+      ...trainingFields(shaped, ok ? (dialect.tokens?.(response) ?? null) : null, await policyVersion),
+      ...(forwarded.replica ? { replica: forwarded.replica } : {}),
     });
   }
 }

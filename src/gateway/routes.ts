@@ -5,7 +5,11 @@
  * sent upstream; any other header is dropped (OpenAI-Organization, OpenAI-Project, x-goog-user-project: they would
  * choose another account's project or billing).
  */
+import type http from 'node:http';
+
 import type { CallKind, Vendor } from './dialect';
+import type { CredentialPlace } from './wire';
+import { readBody, reply } from './wire';
 
 interface Route {
   method: 'GET' | 'POST';
@@ -96,4 +100,46 @@ export function passedHeaders(headers: Record<string, string | string[] | undefi
     } else passed[name] = text;
   }
   return passed;
+}
+
+/** The largest request body forwarded (a long context with images fits many times); larger ones get 413. */
+export const MAX_REQUEST_BYTES = 32 * 2 ** 20;
+
+/**
+ * The call's kind, method and body; or null once answered: 403 for a route this gateway does not forward (files,
+ * batches, fine-tuning, organisation endpoints, a WebSocket upgrade: never sent upstream with the key), 413 for a
+ * body over MAX_REQUEST_BYTES.
+ */
+export async function acceptedCall(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  vendor: Vendor,
+  rest: string
+): Promise<{ kind: CallKind; method: string; received: Buffer } | null> {
+  const method = req.method ?? 'GET';
+  const kind = allowedRoute(vendor, method, rest);
+  if (kind === null) {
+    req.resume();
+    reply(res, 403, `rollout: ${method} ${rest} is not a model call this gateway forwards`, vendor);
+    return null;
+  }
+  const received = await readBody(req, MAX_REQUEST_BYTES);
+  if (received === null) {
+    res.setHeader('connection', 'close');
+    reply(res, 413, `rollout: request body over ${MAX_REQUEST_BYTES / 2 ** 20} MiB`, vendor);
+    return null;
+  }
+  return { kind, method, received };
+}
+
+/** Where a key the agent passed as `?key=` goes upstream instead: the vendor's own header (a key in a URL ends up in
+ * proxies' and error pages' URLs). */
+const QUERY_KEY_HEADER: Record<Vendor, 'authorization' | 'x-api-key' | 'x-goog-api-key'> = {
+  openai: 'authorization',
+  anthropic: 'x-api-key',
+  gemini: 'x-goog-api-key',
+};
+
+export function upstreamKeyPlace(vendor: Vendor, where: CredentialPlace): { where: CredentialPlace } {
+  return { where: where === 'query' ? QUERY_KEY_HEADER[vendor] : where };
 }
