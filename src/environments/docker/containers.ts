@@ -20,6 +20,7 @@ import { KEEP_ALIVE, envList, isKeepAlive } from '../trial-container';
 import type { DockerCleanup } from './cleanup';
 import type { ComposeStart } from './compose-start';
 import { projectName, taskComposeFile } from './compose';
+import { DROPPED_CAPABILITIES, SECURITY_OPTIONS } from './compose-policy';
 import type { DockerExec } from './exec';
 import { LABEL_PUBLIC_NETWORKS } from './network';
 import type { StartFiles } from './start-files';
@@ -86,6 +87,7 @@ export class DockerContainers {
         mem_limit: Math.round(request.resources.memoryBytes),
         memswap_limit: Math.round(request.resources.memoryBytes),
         pids_limit: request.resources.pidsLimit,
+        // (Capabilities and no-new-privileges: every service gets them, see hardenModel.)
         ...(request.network === 'none' ? { network_mode: 'none' } : {}),
         ...(gpus.length
           ? {
@@ -117,6 +119,9 @@ export class DockerContainers {
         Memory: Math.round(request.resources.memoryBytes),
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
         PidsLimit: request.resources.pidsLimit,
+        // No raw sockets (ARP spoofing of the containers beside it) or device nodes; setuid binaries gain nothing.
+        CapDrop: DROPPED_CAPABILITIES,
+        SecurityOpt: SECURITY_OPTIONS,
         // no-network: only loopback. setNetwork connects it for a phase that may reach the network.
         ...(request.network === 'none' ? { NetworkMode: 'none' } : {}),
         ...(gpus.length ? { DeviceRequests: gpus } : {}),
