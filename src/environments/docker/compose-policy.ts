@@ -10,6 +10,7 @@
  */
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
 
 import { parse as parseYaml } from 'yaml';
 
@@ -139,8 +140,16 @@ export async function rawComposeProblems(text: string, composeFile: string, task
   return problems;
 }
 
-/** The resolved model's refusals (see the module's comment); `project` is the compose project's name. */
-export async function modelProblems(model: ComposeModel, project: string, taskDir: string): Promise<ComposeProblem[]> {
+/**
+ * The resolved model's refusals (see the module's comment); `project` is the compose project's name, `main` the main
+ * service as Rollout wrote it (its values are not the task's, so not judged).
+ */
+export async function modelProblems(
+  model: ComposeModel,
+  project: string,
+  taskDir: string,
+  main: Record<string, unknown>
+): Promise<ComposeProblem[]> {
   const problems: ComposeProblem[] = [];
   for (const key of Object.keys(model)) {
     if (!['name', 'services', 'networks', 'volumes'].includes(key) && !key.startsWith('x-')) {
@@ -164,8 +173,8 @@ export async function modelProblems(model: ComposeModel, project: string, taskDi
   }
   const services = Object.keys(model.services);
   for (const [name, service] of Object.entries(model.services)) {
-    // Main's own keys are Rollout's: whatever the task set there is replaced (hardenModel), so not judged.
-    const judged = name === 'main' ? withoutKeys(service, MAIN_OWNED) : service;
+    // Main's values that are Rollout's are not the task's; what the task set there is judged like any service's.
+    const judged = name === 'main' ? withoutRollouts(service, main) : service;
     problems.push(...(await serviceProblems(`services.${name}`, judged, { model, services, taskDir })));
   }
   return problems;
@@ -290,8 +299,13 @@ export async function insideTask(taskDir: string, file: string): Promise<boolean
   }
 }
 
-function withoutKeys(service: ComposeService, keys: string[]): ComposeService {
-  return Object.fromEntries(Object.entries(service).filter(([key]) => !keys.includes(key)));
+/** Main's keys the task did not change: Rollout's values (as compose normalized them), and Rollout's own keys. */
+function withoutRollouts(service: ComposeService, main: Record<string, unknown>): ComposeService {
+  const rollouts = (key: string) =>
+    main[key] !== undefined &&
+    (['deploy', 'storage_opt', 'cpus', 'mem_limit', 'memswap_limit', 'pids_limit', 'image'].includes(key) ||
+      isDeepStrictEqual(service[key], main[key]));
+  return Object.fromEntries(Object.entries(service).filter(([key]) => !rollouts(key)));
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

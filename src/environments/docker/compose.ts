@@ -230,7 +230,7 @@ async function resolvedModel(
       throw new TaskEnvironmentError('EnvironmentStartError', `${composeFile}: ${composeMessage(tail.text())}`);
     }
     const model = JSON.parse(stdout) as ComposeModel;
-    const problems = await modelProblems(model, project, taskDir);
+    const problems = await modelProblems(model, project, taskDir, main);
     if (problems.length) throw refusal(composeFile, problems);
     return model;
   } finally {
@@ -244,10 +244,55 @@ function composeEnv(context: ComposeContext, variables: Record<string, string> =
   return { ...own, DOCKER_HOST: context.dockerHost };
 }
 
-function refusal(composeFile: string, problems: ComposeProblem[]): TaskEnvironmentError {
-  const lines = problems.slice(0, 10).map((problem) => `${composeFile}: ${problem.field}: ${problem.message}`);
-  const more = problems.length > 10 ? ` (and ${problems.length - 10} more)` : '';
-  return new TaskEnvironmentError('EnvironmentStartError', `${lines.join('; ')}${more}`);
+/** A compose file Rollout refuses to run: the task's start error, with each refused field. */
+export class ComposeRefusal extends TaskEnvironmentError {
+  constructor(
+    readonly composeFile: string,
+    readonly problems: ComposeProblem[]
+  ) {
+    const lines = problems.slice(0, 10).map((problem) => `${composeFile}: ${problem.field}: ${problem.message}`);
+    const more = problems.length > 10 ? ` (and ${problems.length - 10} more)` : '';
+    super('EnvironmentStartError', `${lines.join('; ')}${more}`);
+  }
+}
+
+function refusal(composeFile: string, problems: ComposeProblem[]): ComposeRefusal {
+  return new ComposeRefusal(composeFile, problems);
+}
+
+/**
+ * The task's compose file checked before any trial (the plan): read and resolved as a trial would, with placeholder
+ * infra values, and judged key by key. Each refusal names the file and field. Without the docker CLI on this machine
+ * only the file itself is checked; the trial's start checks the rest.
+ */
+export async function composeFileProblems(
+  composeFile: string,
+  taskEnv: Record<string, string>
+): Promise<ComposeProblem[]> {
+  const environmentDir = path.dirname(composeFile);
+  const infra = await composeInfra(composeFile, {
+    contextDir: environmentDir,
+    mainImage: 'rollout-plan-check',
+    prebuilt: false,
+    cpus: 1,
+    memoryBytes: 2 ** 30,
+    taskEnv,
+  });
+  const context = {
+    dockerHost: process.env.DOCKER_HOST || 'unix:///var/run/docker.sock',
+    infra,
+    signal: AbortSignal.timeout(60_000),
+  };
+  try {
+    await resolvedModel(composeFile, 'rollout-plan-check', { image: 'rollout-plan-check' }, context);
+    return [];
+  } catch (err) {
+    if (err instanceof ComposeRefusal) return err.problems;
+    if (err instanceof TaskEnvironmentError && !/ENOENT|not installed/.test(err.message)) {
+      return [{ field: '(file)', message: err.message.slice(composeFile.length + 2) }];
+    }
+    return [];
+  }
 }
 
 /** Runs `docker compose <args>` over a resolved model (written to a file of its own). */
