@@ -13,11 +13,18 @@ import { after, before, describe, it } from 'node:test';
 
 import Docker from 'dockerode';
 
+import { DockerEnvironment } from '../src/environments/docker';
+import { TRIALS_NETWORK } from '../src/environments/docker/network';
+import { environmentKey } from '../src/environments/env-key';
+import type { StartRequest } from '../src/environments/environment';
+import { LABEL_JOB } from '../src/environments/environment';
+import { KILL_ALL, KILL_ALL_REFUSED } from '../src/environments/trial-container';
 import type { TrialResult } from '../src/results/trial-result';
+import type { EnvironmentHandle } from '../src/trial/types';
 import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
-import { testTemporal } from './support/temporal';
+import { TEST_HOST_ID, testTemporal } from './support/temporal';
 
 const CANARY = `canary-${randomBytes(12).toString('hex')}`;
 const VENDOR_KEY = `sk-canary-${randomBytes(12).toString('hex')}`;
@@ -245,3 +252,94 @@ describe('hostile tasks refused before any trial: links out of the task and comp
     assert.ok(!`${run.stdout}\n${run.stderr}`.includes(CANARY), 'the canary leaked');
   });
 });
+
+describe('trial containers on one Docker host, at the environment level', () => {
+  const envJob = `task-neighbours-${randomBytes(3).toString('hex')}`;
+  const environment = new DockerEnvironment({ hostId: `neighbours-${TEST_HOST_ID}`, deployment: envJob });
+  let image: string;
+  let listener: EnvironmentHandle;
+  let neighbour: EnvironmentHandle;
+  const extra: string[] = [];
+  const request = (trial: string): StartRequest => ({
+    image,
+    jobName: envJob,
+    trialId: `${envJob}/${trial}`,
+    trialName: trial,
+    workerId: `neighbours-${TEST_HOST_ID}~1`,
+    resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 0, pidsLimit: 100 },
+    env: {},
+  });
+
+  before(async () => {
+    const contextDir = await workspace();
+    await writeFile(path.join(contextDir, 'Dockerfile'), 'FROM debian:bookworm-slim\n');
+    const envKey = await environmentKey(contextDir, null);
+    ({ image } = await environment.build({
+      contextDir,
+      envKey,
+      dockerImage: null,
+      force: false,
+      jobName: envJob,
+      timeoutMs: 120_000,
+    }));
+    ({ handle: listener } = await environment.start(request('listener')));
+    ({ handle: neighbour } = await environment.start(request('neighbour')));
+    // A TCP listener in one trial (perl is in every Debian image); the other trial tries to reach it.
+    await environment.exec(listener, { command: `setsid nohup perl ${LISTEN} >/dev/null 2>&1 &`, timeoutMs: 10_000 });
+  });
+  after(async () => {
+    for (const id of extra) await docker.getContainer(id).remove({ force: true }).catch(() => undefined);
+    await removeJobLeftovers(envJob);
+  });
+
+  it('keeps trials apart: one trial cannot connect to another trial on the same host', async () => {
+    const info = await docker.getContainer(listener.id).inspect();
+    const address = info.NetworkSettings.Networks[TRIALS_NETWORK]?.IPAddress;
+    assert.ok(address, `on ${TRIALS_NETWORK}: ${Object.keys(info.NetworkSettings.Networks).join(', ')}`);
+    const itself = await environment.exec(listener, { command: connect('127.0.0.1'), timeoutMs: 20_000 });
+    assert.equal(itself.stdout.trim(), 'connected', 'the listener is up');
+    const across = await environment.exec(neighbour, { command: connect(address), timeoutMs: 20_000 });
+    assert.equal(across.stdout.trim(), 'refused', `the neighbour reached the listener: ${across.stderr}`);
+  });
+
+  it("never runs kill-all in a container that shares another's processes: it is restarted instead", async () => {
+    const sharing = await docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', 'infinity'],
+      Labels: { [LABEL_JOB]: envJob },
+      HostConfig: { PidMode: `container:${listener.id}`, NetworkMode: 'none' },
+    });
+    extra.push(sharing.id);
+    await sharing.start();
+    await environment.killAll({ id: sharing.id, workdir: '/' });
+    const still = await environment.exec(listener, { command: connect('127.0.0.1'), timeoutMs: 20_000 });
+    assert.equal(still.stdout.trim(), 'connected', "the other container's processes live on");
+  });
+
+  it("refuses kill-all inside the host's pid namespace (kill itself replaced: nothing can be killed here)", async () => {
+    const hostPid = await docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', 'infinity'],
+      Labels: { [LABEL_JOB]: envJob },
+      HostConfig: { PidMode: 'host', NetworkMode: 'none' },
+    });
+    extra.push(hostPid.id);
+    await hostPid.start();
+    const exec = await hostPid.exec({
+      Cmd: ['bash', '-c', `kill() { echo would-kill; }; ${KILL_ALL}`],
+      AttachStdout: true,
+      AttachStderr: true,
+    });
+    const stream = await exec.start({});
+    let output = '';
+    stream.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    await new Promise((resolve) => stream.on('end', resolve));
+    assert.equal((await exec.inspect()).ExitCode, KILL_ALL_REFUSED);
+    assert.doesNotMatch(output, /would-kill/);
+  });
+});
+
+const LISTEN = `-MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 7000, Listen => 5, ReuseAddr => 1) or die; while ($c = $s->accept) { close $c }'`;
+/** Prints whether a TCP connection to `address`:7000 opens within 5 s. */
+const connect = (address: string) =>
+  `timeout 5 bash -c 'exec 3<>/dev/tcp/${address}/7000' 2>/dev/null && echo connected || echo refused`;

@@ -41,7 +41,9 @@ export function runCommand(
 /** The command's file on this worker's PATH (an isolated command gets no PATH of its own), or the name as given. */
 function onPath(command: string): string {
   if (path.isAbsolute(command)) return command;
-  const dir = (process.env.PATH ?? '').split(path.delimiter).find((folder) => folder && existsSync(path.join(folder, command)));
+  const dir = (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .find((folder) => folder && existsSync(path.join(folder, command)));
   return dir ? path.join(dir, command) : command;
 }
 

@@ -137,7 +137,8 @@ export async function listDataset(dir: string): Promise<{ entries: DatasetEntry[
   } catch (err) {
     // A link that loops (ELOOP) or a folder this user cannot read: the job's input, not Rollout's failure.
     const code = (err as NodeJS.ErrnoException).code;
-    const message = code === 'ELOOP' ? 'dataset path is a symlink loop' : `dataset path unreadable (${code ?? firstLine(err)})`;
+    const message =
+      code === 'ELOOP' ? 'dataset path is a symlink loop' : `dataset path unreadable (${code ?? firstLine(err)})`;
     return { entries: [], problems: [{ file: absolute, message }] };
   }
   if (!folder) {

@@ -110,7 +110,11 @@ export interface ComposeProblem {
  * The task's compose file as written, before compose reads it: `include`, and `env_file` / `extends.file` outside the
  * task folder, would make compose read host files into the model (a worker's ~/.env, /proc/self/environ).
  */
-export async function rawComposeProblems(text: string, composeFile: string, taskDir: string): Promise<ComposeProblem[]> {
+export async function rawComposeProblems(
+  text: string,
+  composeFile: string,
+  taskDir: string
+): Promise<ComposeProblem[]> {
   let raw: unknown;
   try {
     raw = parseYaml(text, { merge: true, maxAliasCount: 1000 });
@@ -119,7 +123,8 @@ export async function rawComposeProblems(text: string, composeFile: string, task
   }
   if (!isRecord(raw)) return [{ field: '(file)', message: 'not a mapping' }];
   const problems: ComposeProblem[] = [];
-  if (raw.include !== undefined) problems.push({ field: 'include', message: 'not allowed (a task has one compose file)' });
+  if (raw.include !== undefined)
+    problems.push({ field: 'include', message: 'not allowed (a task has one compose file)' });
   const dir = path.dirname(composeFile);
   for (const [name, service] of Object.entries(isRecord(raw.services) ? raw.services : {})) {
     if (!isRecord(service)) continue;
@@ -227,13 +232,15 @@ async function serviceProblems(
     }
   }
   for (const link of asArray(service.links)) {
-    if (typeof link !== 'string' || !context.services.includes(link.split(':')[0]!)) refuse('links', "only the project's services");
+    if (typeof link !== 'string' || !context.services.includes(link.split(':')[0]!))
+      refuse('links', "only the project's services");
   }
   for (const limit of Object.keys(isRecord(service.ulimits) ? service.ulimits : {})) {
     if (!ULIMITS.has(limit)) refuse(`ulimits.${limit}`);
   }
   if (service.deploy !== undefined) problems.push(...deployProblems(`${field}.deploy`, service.deploy));
-  if (service.build !== undefined) problems.push(...(await buildProblems(`${field}.build`, service.build, context.taskDir)));
+  if (service.build !== undefined)
+    problems.push(...(await buildProblems(`${field}.build`, service.build, context.taskDir)));
   return problems;
 }
 
@@ -271,7 +278,10 @@ async function buildProblems(field: string, build: unknown, taskDir: string): Pr
   const context = typeof build.context === 'string' ? build.context : '';
   if (!path.isAbsolute(context) || !(await insideTask(taskDir, context))) {
     problems.push({ field: `${field}.context`, message: `${context || '(none)'} is outside the task folder` });
-  } else if (typeof build.dockerfile === 'string' && !(await insideTask(taskDir, path.resolve(context, build.dockerfile)))) {
+  } else if (
+    typeof build.dockerfile === 'string' &&
+    !(await insideTask(taskDir, path.resolve(context, build.dockerfile)))
+  ) {
     problems.push({ field: `${field}.dockerfile`, message: `${build.dockerfile} is outside the task folder` });
   }
   return problems;
@@ -354,10 +364,16 @@ export function hardenModel(
       const declaredLimits = isRecord(declared.limits) ? declared.limits : {};
       delete service.deploy;
       service.cpus = Math.min(numberOr(service.cpus ?? declaredLimits.cpus, limits.cpus), limits.cpus);
-      const memory = Math.min(numberOr(service.mem_limit ?? declaredLimits.memory, limits.memoryBytes), limits.memoryBytes);
+      const memory = Math.min(
+        numberOr(service.mem_limit ?? declaredLimits.memory, limits.memoryBytes),
+        limits.memoryBytes
+      );
       service.mem_limit = Math.round(memory);
       service.memswap_limit = Math.round(memory);
-      service.pids_limit = Math.min(numberOr(service.pids_limit ?? declaredLimits.pids, limits.pidsLimit), limits.pidsLimit);
+      service.pids_limit = Math.min(
+        numberOr(service.pids_limit ?? declaredLimits.pids, limits.pidsLimit),
+        limits.pidsLimit
+      );
       if (service.shm_size !== undefined) service.shm_size = Math.min(numberOr(service.shm_size, memory), memory);
     }
     service.cap_drop = [...new Set([...asArray(service.cap_drop).map(String), ...DROPPED_CAPABILITIES])];

@@ -240,7 +240,9 @@ async function resolvedModel(
 
 /** The only environment compose sees: the daemon's address and `variables` (never this worker's own). */
 function composeEnv(context: ComposeContext, variables: Record<string, string> = {}): Record<string, string> {
-  const own = Object.fromEntries(Object.entries(variables).filter(([name]) => !/^(DOCKER|COMPOSE|BUILDKIT)_/.test(name)));
+  const own = Object.fromEntries(
+    Object.entries(variables).filter(([name]) => !/^(DOCKER|COMPOSE|BUILDKIT)_/.test(name))
+  );
   return { ...own, DOCKER_HOST: context.dockerHost };
 }
 

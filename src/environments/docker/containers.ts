@@ -22,6 +22,7 @@ import type { ComposeStart } from './compose-start';
 import { projectName, taskComposeFile } from './compose';
 import { DROPPED_CAPABILITIES, SECURITY_OPTIONS } from './compose-policy';
 import type { DockerExec } from './exec';
+import type { DockerNetwork } from './network';
 import { LABEL_PUBLIC_NETWORKS } from './network';
 import type { StartFiles } from './start-files';
 
@@ -34,7 +35,13 @@ export class DockerContainers {
 
   constructor(
     private readonly engine: DockerEngine,
-    private readonly parts: { execs: DockerExec; cleanup: DockerCleanup; files: StartFiles; compose: ComposeStart }
+    private readonly parts: {
+      execs: DockerExec;
+      cleanup: DockerCleanup;
+      files: StartFiles;
+      compose: ComposeStart;
+      network: DockerNetwork;
+    }
   ) {}
 
   private get execs(): DockerExec {
@@ -73,8 +80,11 @@ export class DockerContainers {
     };
     const nanoCpus = await this.nanoCpus(request.resources.cpus);
     const composeFile = request.environmentDir && !request.role ? await taskComposeFile(request.environmentDir) : null;
-    // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves.
-    const publicNetworks = composeFile ? `${projectName(request.trialName, request.trialId)}_default` : 'bridge';
+    // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves. A compose
+    // project's is its own; other containers share one where containers cannot reach each other.
+    const publicNetworks = composeFile
+      ? `${projectName(request.trialName, request.trialId)}_default`
+      : await this.parts.network.trialNetwork();
     Object.assign(labels, { [LABEL_PUBLIC_NETWORKS]: publicNetworks });
     if (composeFile) {
       const main = {
@@ -123,7 +133,7 @@ export class DockerContainers {
         CapDrop: DROPPED_CAPABILITIES,
         SecurityOpt: SECURITY_OPTIONS,
         // no-network: only loopback. setNetwork connects it for a phase that may reach the network.
-        ...(request.network === 'none' ? { NetworkMode: 'none' } : {}),
+        NetworkMode: request.network === 'none' ? 'none' : publicNetworks,
         ...(gpus.length ? { DeviceRequests: gpus } : {}),
       },
     };
