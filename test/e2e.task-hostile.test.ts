@@ -288,7 +288,11 @@ describe('trial containers on one Docker host, at the environment level', () => 
     await environment.exec(listener, { command: `setsid nohup perl ${LISTEN} >/dev/null 2>&1 &`, timeoutMs: 10_000 });
   });
   after(async () => {
-    for (const id of extra) await docker.getContainer(id).remove({ force: true }).catch(() => undefined);
+    for (const id of extra)
+      await docker
+        .getContainer(id)
+        .remove({ force: true })
+        .catch(() => undefined);
     await removeJobLeftovers(envJob);
   });
 

@@ -50,7 +50,9 @@ export class DockerNetwork {
     }
     // A network of this name made by something else, with containers talking to each other, is not one to trust.
     if (network?.Options?.[ICC_OPTION] !== 'false') {
-      throw new Error(`docker network ${TRIALS_NETWORK} exists without ${ICC_OPTION}=false: remove it (docker network rm ${TRIALS_NETWORK})`);
+      throw new Error(
+        `docker network ${TRIALS_NETWORK} exists without ${ICC_OPTION}=false: remove it (docker network rm ${TRIALS_NETWORK})`
+      );
     }
     return TRIALS_NETWORK;
   }
