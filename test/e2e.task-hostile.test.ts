@@ -300,6 +300,9 @@ describe('trial containers on one Docker host, at the environment level', () => 
     const info = await docker.getContainer(listener.id).inspect();
     const address = info.NetworkSettings.Networks[TRIALS_NETWORK]?.IPAddress;
     assert.ok(address, `on ${TRIALS_NETWORK}: ${Object.keys(info.NetworkSettings.Networks).join(', ')}`);
+    // The listener may take a moment to start on a loaded host: waited for (bounded) from inside its container.
+    const wait = `for i in $(seq 1 60); do ${connect('127.0.0.1')} | grep -q connected && break; sleep 0.5; done`;
+    await environment.exec(listener, { command: wait, timeoutMs: 60_000 });
     const itself = await environment.exec(listener, { command: connect('127.0.0.1'), timeoutMs: 20_000 });
     assert.equal(itself.stdout.trim(), 'connected', 'the listener is up');
     const across = await environment.exec(neighbour, { command: connect(address), timeoutMs: 20_000 });
