@@ -114,6 +114,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
             ...(job.budget ? { budgeted: true } : {}),
+            ...(job.policy_version !== undefined || agent.tokens ? { policyVersion: job.policy_version ?? null } : {}),
             retry: job.retry
               ? {
                   errorTypes: job.retry.error_types,
