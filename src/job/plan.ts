@@ -211,8 +211,8 @@ export function sanitize(name: string): string {
  * and holds no `~`, unlike every replaced one.
  */
 export function uniqueFolderName(name: string): string {
-  // A leading "." would make `.`, `..` (a folder above) or a hidden folder.
-  const safe = sanitize(name).replace(/^\./, '_');
+  // A leading "." would make `.`, `..` (a folder above) or a hidden folder; a leading "-" reads as an option.
+  const safe = sanitize(name).replace(/^[.-]/, '_');
   if (safe === name) return name;
   return `${safe}~${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }
