@@ -11,8 +11,8 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { Rollout } from 'rollout';
-import type { TrialResult } from 'rollout';
+import { Rollout } from 'rollout-agents';
+import type { TrialResult } from 'rollout-agents';
 
 const SCRIPTED_MODEL = `#!/bin/bash
 # Stand-in for a model that follows its prompt: runs the prompt's "$ " lines, in order.

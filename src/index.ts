@@ -1,4 +1,4 @@
-/** The `rollout` package: the library API (docs/api.md). The CLI is bin/rollout.js. */
+/** The `rollout-agents` package: the library API (docs/api.md). The CLI is bin/rollout.js. */
 export { Rollout, JobRun, TrialRun } from './api/rollout';
 export type {
   AgentConfigInput,

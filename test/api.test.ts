@@ -1,5 +1,5 @@
 /**
- * The library API (`import { Rollout } from 'rollout'`) against the tests' real Temporal server, with real workers,
+ * The library API (`import { Rollout } from 'rollout-agents'`) against the tests' real Temporal server, with real workers,
  * on the `local` environment so containers do not dominate: submit, stream, cancel, single trials, and a consumer
  * that restarts, or whose process is killed, and still gets every result.
  */
@@ -12,8 +12,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
-import { formatProblem, InputError, Rollout } from 'rollout';
-import type { JobConfig } from 'rollout';
+import { formatProblem, InputError, Rollout } from 'rollout-agents';
+import type { JobConfig } from 'rollout-agents';
 
 import { localWorkers, writeLocalJob } from './support/local-job';
 import { TEST_ADDRESS, TEST_HOST_ID } from './support/temporal';

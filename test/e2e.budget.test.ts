@@ -148,6 +148,14 @@ describe('budgets and limits in real jobs (scripted model server)', () => {
     assert.equal(done.budget!.spent_by_agent.scripted?.tokens, done.budget!.spent.tokens);
     const ledger = await client.workflow.getHandle(budgetLedgerId(name)).describe();
     assert.equal(ledger.status.name, 'COMPLETED', 'the ledger ends with its job');
+
+    // By name, with no worker left (the CLI's has exited): the closed ledger is read, never queried, and the gate holds.
+    const byName = await runCli(['status', name, '--fail-under', 'reward=0.5', '--max-errors', '0'], { cwd: dir });
+    assert.equal(byName.code, 0, byName.stderr + byName.stdout);
+    assert.doesNotMatch(byName.stderr, /error/);
+    assert.match(byName.stdout, new RegExp(`budget: spent \\$[\\d.]+ · ${done.budget!.spent.tokens} of \\d+ tokens`));
+    const missed = await runCli(['status', name, '--fail-under', 'reward=1.5'], { cwd: dir });
+    assert.equal(missed.code, 4, missed.stderr + missed.stdout);
   });
 
   it('kill -9 of the process running the worker mid-job, then resume --budget (raised): the spent amount is intact', async () => {

@@ -1,5 +1,5 @@
 /**
- * examples/prompt-optimisation.ts, run as a user would (its compiled script, `import { Rollout } from 'rollout'`),
+ * examples/prompt-optimisation.ts, run as a user would (its compiled script, `import { Rollout } from 'rollout-agents'`),
  * on real Docker trials: the loop must keep the edits that raise the reward and drop the one that does not.
  */
 import assert from 'node:assert/strict';

@@ -1,3 +1,6 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
@@ -77,9 +80,20 @@ function withWorkerOptions(command: Command): Command {
     .option('--skip-preflight', "start without checking each gateway agent's model API (key set, one free call)");
 }
 
+/** "<package name> <version>": which package this `rollout` is (npm has an unrelated package named `rollout`). */
+function packageVersion(): string {
+  // Compiled, this module is dist/src/cli/main.js: three folders below the package root.
+  const manifest = JSON.parse(readFileSync(path.join(__dirname, '..', '..', '..', 'package.json'), 'utf8')) as {
+    name: string;
+    version: string;
+  };
+  return `${manifest.name} ${manifest.version}`;
+}
+
 export function buildProgram(): Command {
   const program = new Command('rollout')
     .description('Evaluate and optimize AI agents in container environments, durably, on Temporal.')
+    .version(packageVersion(), '-V, --version', 'print the package name and version')
     .showHelpAfterError()
     // Usage errors are invalid input (exit 2, see main), not commander's exit 1; subcommands inherit this.
     .exitOverride();

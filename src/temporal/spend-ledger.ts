@@ -52,9 +52,17 @@ export function startLedger(
   });
 }
 
-/** The ledger's state (of a running or a closed ledger), or undefined when the job has none. */
+/**
+ * The ledger's state (of a running or a completed ledger), or undefined when the job has none (or its ledger was
+ * terminated). A closed workflow answers a query only through a worker that replays it (with none, the query hangs
+ * until the server gives up: `rollout status <job>` of a finished job); a completed ledger returned its state.
+ */
 export async function readLedger(client: Client, jobName: string): Promise<LedgerState | undefined> {
-  return ifWorkflowExists(client.workflow.getHandle(budgetLedgerId(jobName)).query(ledgerStateQuery));
+  const handle = client.workflow.getHandle<typeof budgetLedgerWorkflow>(budgetLedgerId(jobName));
+  const description = await ifWorkflowExists(handle.describe());
+  if (description?.status.name === 'COMPLETED') return handle.result();
+  if (description?.status.name !== 'RUNNING') return undefined;
+  return ifWorkflowExists(handle.query(ledgerStateQuery));
 }
 
 /** `rollout ctl <job> budget`: the running job's budget changed (validated by the ledger); undefined: no ledger. */

@@ -4,7 +4,7 @@
  *
  * usage: node results-consumer.js <temporal address> <job name> <consumer>
  */
-import { Rollout } from 'rollout';
+import { Rollout } from 'rollout-agents';
 
 async function main(): Promise<void> {
   const [address, jobName, consumer] = process.argv.slice(2);
