@@ -6,8 +6,8 @@
  * /usr/bin/envd.next (envd/internal/services/process/upgrade.go:75), so neither start times nor envd's name tell
  * what is whose. Its cgroup does: every command envd starts, and whatever that forks or daemonizes, stays in envd's
  * cgroup (this shell's), while systemd runs each service in a cgroup of its own. So this kills every process in this
- * shell's cgroup but the shell's ancestors (envd among them) and PID 1; where no cgroup can be read, every process
- * but those. In rounds until a round finds nothing (a fork bomb refills the table between two kills). Only shell
+ * shell's cgroup but the shell's ancestors (envd among them), PID 1 and a process named envd or envd.*; where no
+ * cgroup can be read, every process but those. In rounds until a round finds nothing (a fork bomb refills the table between two kills). Only shell
  * builtins: nothing can be started while the process table is full. Run as root.
  */
 export const E2B_KILL_ALL = [
@@ -23,6 +23,8 @@ export const E2B_KILL_ALL = [
   '    case "$k" in *" $q "*) continue ;; esac',
   '    h=; read -r h 2>/dev/null < $d/cgroup',
   '    [ "$h" = "$g" ] || continue',
+  // envd itself where it is no ancestor of commands (E2B's stand-in runs them beside it), under either name.
+  '    read -r c 2>/dev/null < $d/comm; case "$c" in envd | envd.*) continue ;; esac',
   // A zombie is dead already (its parent reaps it).
   '    read -r s 2>/dev/null < $d/stat || continue; s=${s##*) }; set -- $s; [ "$1" = Z ] && continue',
   '    kill -9 $q 2>/dev/null && n=$((n + 1))',
