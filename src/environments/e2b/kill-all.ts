@@ -24,7 +24,7 @@ export const E2B_KILL_ALL = [
   '    h=; read -r h 2>/dev/null < $d/cgroup',
   '    [ "$h" = "$g" ] || continue',
   // envd itself where it is no ancestor of commands (E2B's stand-in runs them beside it), under either name.
-  '    read -r c 2>/dev/null < $d/comm; case "$c" in envd | envd.*) continue ;; esac',
+  '    c=; read -r c 2>/dev/null < $d/comm; case "$c" in envd | envd.*) continue ;; esac',
   // A zombie is dead already (its parent reaps it).
   '    read -r s 2>/dev/null < $d/stat || continue; s=${s##*) }; set -- $s; [ "$1" = Z ] && continue',
   '    kill -9 $q 2>/dev/null && n=$((n + 1))',
