@@ -1,5 +1,7 @@
 /** The `rollout-agents` package: the library API (docs/api.md). The CLI is bin/rollout.js. */
 export { Rollout, JobRun, TrialRun } from './api/rollout';
+export type { TemporalConnectionOptions } from './temporal/envconfig';
+export { TemporalConfigError } from './temporal/envconfig';
 export type {
   AgentConfigInput,
   ConnectOptions,

@@ -18,6 +18,8 @@ import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
+import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
+import { rolloutDataConverter } from '../src/temporal/payload-codec';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
@@ -33,6 +35,8 @@ export interface WorkerSetOptions {
   /** The Temporal server's address and namespace: the deployment whose environments these workers own. */
   address: string;
   namespace: string;
+  /** TLS, API key, gRPC metadata of the connection (Temporal's environment configuration, see src/temporal/envconfig.ts). */
+  connectionOptions?: TemporalConnectionOptions;
   /** The host whose environments these workers create and its janitor looks after (`--host-id`). */
   hostId?: string;
   /**
@@ -98,7 +102,14 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
   };
   const activities = createProviderActivities(deps);
-  const common = { connection: options.connection, namespace: options.namespace, identity, shutdownGraceTime: 5_000 };
+  const common = {
+    connection: options.connection,
+    namespace: options.namespace,
+    identity,
+    shutdownGraceTime: 5_000,
+    // Encrypts what the workers write (ROLLOUT_PAYLOAD_KEY); codecs run outside the workflow sandbox.
+    dataConverter: rolloutDataConverter(),
+  };
 
   const workers: Promise<Worker>[] = [];
   for (const type of options.environmentTypes) {
@@ -189,7 +200,7 @@ export async function startWorkers(
     }
   };
   const lease = await leaseWorkerId(owner.hostId, owner.deployment);
-  const connection = await NativeConnection.connect({ address: options.address });
+  const connection = await NativeConnection.connect({ address: options.address, ...options.connectionOptions });
   const slots = new CountingTrialSlots(options.maxTrials);
   const workers = await createWorkers({
     ...options,

@@ -25,6 +25,7 @@ import type { JobResult } from '../results/job-result';
 import type { TrialResult } from '../results/trial-result';
 import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import type { TemporalConnectionOptions } from '../temporal/envconfig';
 import { ifWorkflowExists } from '../temporal/not-found';
 import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../trial/types';
@@ -43,9 +44,14 @@ export interface WorkerOptions {
 }
 
 export interface ConnectOptions {
-  /** Temporal frontend; default TEMPORAL_ADDRESS, else the embedded dev server (started when needed). */
+  /**
+   * Temporal frontend; default Temporal's environment configuration (TEMPORAL_ADDRESS, TEMPORAL_PROFILE, a
+   * temporal.toml profile, with its TLS and API key), else the embedded dev server (started when needed).
+   */
   address?: string;
   namespace?: string;
+  /** With `address`: its TLS, API key, gRPC metadata (without `address` they come from the configuration). */
+  connection?: TemporalConnectionOptions;
   /**
    * Run workers in this process (default), with these options; `false` when workers run elsewhere
    * (`rollout worker`).
@@ -89,7 +95,12 @@ export class Rollout {
 
   static async connect(options: ConnectOptions = {}): Promise<Rollout> {
     const endpoint: TemporalEndpoint = options.address
-      ? { address: options.address, namespace: options.namespace ?? 'default', uiUrl: null }
+      ? {
+          address: options.address,
+          namespace: options.namespace ?? 'default',
+          uiUrl: null,
+          connection: options.connection,
+        }
       : {
           ...(await resolveTemporal({ startDevServer: true })),
           ...(options.namespace ? { namespace: options.namespace } : {}),
@@ -102,6 +113,7 @@ export class Rollout {
       ? await startWorkers({
           address: endpoint.address,
           namespace: endpoint.namespace,
+          connectionOptions: endpoint.connection,
           client,
           hostId: (worker === true ? undefined : worker.hostId) ?? defaultHostId(),
           environmentTypes: (worker === true ? undefined : worker.environmentTypes) ?? [...DEFAULT_WORKER_TYPES],

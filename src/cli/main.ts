@@ -36,6 +36,7 @@ import { jobStatus } from './status';
 import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
+import { addCodecServerCommand } from './codec-server';
 
 /**
  * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
@@ -175,6 +176,7 @@ export function buildProgram(): Command {
         const workers = await startWorkers({
           address: endpoint.address,
           namespace: endpoint.namespace,
+          connectionOptions: endpoint.connection,
           client,
           hostId: opts.hostId,
           environmentTypes: opts.env,
@@ -267,6 +269,7 @@ export function buildProgram(): Command {
   });
 
   addViewCommand(program);
+  addCodecServerCommand(program);
   addStoreCommands(program);
 
   program

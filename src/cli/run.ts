@@ -262,6 +262,7 @@ function startJobWorkers(
   return startWorkers({
     address: endpoint.address,
     namespace: endpoint.namespace,
+    connectionOptions: endpoint.connection,
     client,
     hostId,
     environmentTypes: [job.environment.type],

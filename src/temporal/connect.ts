@@ -3,20 +3,35 @@ import { msToTs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 
 import { devServerConfig, ensureDevServer } from './dev-server';
+import type { ProfileSetting, TemporalConnectionOptions } from './envconfig';
+import { loadTemporalProfile, TemporalConfigError } from './envconfig';
+import { rolloutDataConverter } from './payload-codec';
 import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
 
-/** Where Rollout talks to Temporal: TEMPORAL_ADDRESS when set, else the local dev server (started on demand). */
+/**
+ * Where Rollout talks to Temporal: the server Temporal's environment configuration names (TEMPORAL_ADDRESS, a
+ * temporal.toml profile; see envconfig.ts), else the local dev server (started on demand).
+ */
 export interface TemporalEndpoint {
   address: string;
   namespace: string;
   /** Base URL of the Web UI, when known. */
   uiUrl: string | null;
+  /** TLS, API key, gRPC metadata (none for the dev server). */
+  connection?: TemporalConnectionOptions;
+  /** The embedded dev server: Rollout may create its namespace. */
+  devServer?: boolean;
+  /** Where a setting came from, for error messages (default: its environment variable). */
+  where?: (setting: ProfileSetting) => string;
 }
 
 export async function resolveTemporal(options: { startDevServer: boolean }): Promise<TemporalEndpoint> {
-  const namespace = process.env.TEMPORAL_NAMESPACE ?? 'default';
-  if (process.env.TEMPORAL_ADDRESS) {
-    return { address: process.env.TEMPORAL_ADDRESS, namespace, uiUrl: process.env.TEMPORAL_UI_URL ?? null };
+  const profile = loadTemporalProfile();
+  rolloutDataConverter(); // a bad ROLLOUT_PAYLOAD_KEY stops here, before anything starts
+  const { namespace, where } = profile;
+  if (profile.address) {
+    const uiUrl = process.env.TEMPORAL_UI_URL ?? null;
+    return { address: profile.address, namespace, uiUrl, connection: profile.connection, where };
   }
   const config = devServerConfig();
   const status = options.startDevServer ? await ensureDevServer(config) : undefined;
@@ -24,19 +39,86 @@ export async function resolveTemporal(options: { startDevServer: boolean }): Pro
     address: `${config.ip === '0.0.0.0' ? '127.0.0.1' : config.ip}:${config.port}`,
     namespace,
     uiUrl: status?.uiUrl ?? null,
+    devServer: true,
+    where,
   };
 }
 
+/**
+ * A client of the endpoint's namespace, checked: the server answers (TLS handshake, client certificate), accepts the
+ * credentials and has the namespace (created on the dev server). Each failure is one line naming the setting.
+ */
 export async function connectClient(endpoint: TemporalEndpoint): Promise<{ connection: Connection; client: Client }> {
+  const where = endpoint.where ?? ((setting: ProfileSetting) => `TEMPORAL_${setting.toUpperCase()}`);
   let connection: Connection;
   try {
-    connection = await Connection.connect({ address: endpoint.address, connectTimeout: 10_000 });
-  } catch (err) {
-    throw new Error(`Temporal unreachable at ${endpoint.address}: ${(err as Error).message.split('\n')[0]}`, {
-      cause: err,
+    connection = await Connection.connect({
+      address: endpoint.address,
+      connectTimeout: 10_000,
+      ...endpoint.connection,
     });
+  } catch (err) {
+    throw new TemporalConfigError(
+      `Temporal unreachable at ${endpoint.address} (${where('address')}${tlsNote(endpoint, where)}): ` + firstLine(err),
+      { cause: err }
+    );
   }
-  return { connection, client: new Client({ connection, namespace: endpoint.namespace }) };
+  try {
+    await checkNamespace(connection, endpoint, where);
+  } catch (err) {
+    await connection.close();
+    throw err;
+  }
+  return {
+    connection,
+    client: new Client({ connection, namespace: endpoint.namespace, dataConverter: rolloutDataConverter() }),
+  };
+}
+
+async function checkNamespace(
+  connection: Connection,
+  endpoint: TemporalEndpoint,
+  where: (setting: ProfileSetting) => string
+): Promise<void> {
+  try {
+    await connection.workflowService.describeNamespace({ namespace: endpoint.namespace });
+  } catch (err) {
+    if (isNotFound(err) && endpoint.devServer) {
+      await connection.workflowService.registerNamespace({
+        namespace: endpoint.namespace,
+        workflowExecutionRetentionPeriod: msToTs(NAMESPACE_RETENTION),
+      });
+      return;
+    }
+    if (isNotFound(err))
+      throw new TemporalConfigError(
+        `Temporal namespace "${endpoint.namespace}" (${where('namespace')}) does not exist on ${endpoint.address}`
+      );
+    if (hasCode(err, GRPC_UNAUTHENTICATED) || hasCode(err, GRPC_PERMISSION_DENIED)) {
+      const credential = endpoint.connection?.apiKey ? `the API key (${where('api_key')})` : 'no API key';
+      throw new TemporalConfigError(
+        `Temporal at ${endpoint.address} refused ${credential} for namespace "${endpoint.namespace}": ${firstLine(err)}`
+      );
+    }
+    throw new TemporalConfigError(
+      `Temporal at ${endpoint.address} (${where('address')}${tlsNote(endpoint, where)}): ${firstLine(err)}`,
+      { cause: err }
+    );
+  }
+}
+
+/** `, TLS from …` when TLS is on: a refused handshake or client certificate shows as the server being unreachable. */
+function tlsNote(endpoint: TemporalEndpoint, where: (setting: ProfileSetting) => string): string {
+  const tls = endpoint.connection?.tls;
+  if (!tls) return '';
+  if (tls === true) return ', TLS';
+  return tls.clientCertPair
+    ? `, TLS with the client certificate of ${where('tls.client_cert')}`
+    : ', TLS without a client certificate';
+}
+
+function firstLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
 }
 
 const INDEXED_TYPES: Record<string, temporal.api.enums.v1.IndexedValueType> = {
@@ -93,6 +175,8 @@ export async function ensureSearchAttributes(
 // gRPC status codes (grpc-js `status`, a dependency of the SDK rather than of Rollout).
 const GRPC_INVALID_ARGUMENT = 3;
 const GRPC_NOT_FOUND = 5;
+const GRPC_PERMISSION_DENIED = 7;
+const GRPC_UNAUTHENTICATED = 16;
 
 function hasCode(err: unknown, code: number): boolean {
   return isGrpcServiceError(err) && (err.code as number) === code;

@@ -27,6 +27,7 @@ import { notFoundPage } from './pages/shared';
 import { trialPage } from './pages/trial';
 import { STYLE_CSS, VIEWER_JS } from './assets';
 import { readTrajectory } from './trajectory';
+import { loadTemporalProfile } from '../temporal/envconfig';
 
 /** A file's first bytes shown on its trial page; the whole file is a download away. */
 const FILE_HEAD_BYTES = 64 * 1024;
@@ -132,11 +133,14 @@ export class Site {
   }
 }
 
-/** Where trial pages link for "open in the Temporal UI": TEMPORAL_UI_URL, else the local dev server's UI. */
+/**
+ * Where trial pages link for "open in the Temporal UI": TEMPORAL_UI_URL, else the local dev server's UI unless
+ * Temporal's environment configuration names another server.
+ */
 export function temporalUi(env: NodeJS.ProcessEnv = process.env): { url: string | null; namespace: string } {
-  const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
+  const { namespace, address } = loadTemporalProfile(env);
   if (env.TEMPORAL_UI_URL) return { url: env.TEMPORAL_UI_URL.replace(/\/$/, ''), namespace };
-  if (env.TEMPORAL_ADDRESS) return { url: null, namespace };
+  if (address) return { url: null, namespace };
   const config = devServerConfig(env);
   return { url: `http://${config.ip}:${config.uiPort}`, namespace };
 }
