@@ -217,6 +217,9 @@ describe('rollout init', () => {
     const text = await readFile(file, 'utf8');
     assert.match(text, /^# A Rollout job\./);
     assert.match(text, /OPENAI_API_KEY: "\$\{OPENAI_API_KEY\}"/);
+    // The template's environment comment names every built-in provider (cloud ones included).
+    const typeLine = text.split('\n').find((line) => line.startsWith('  type: '));
+    for (const type of ENVIRONMENT_TYPES) assert.match(typeLine ?? '', new RegExp(`\\b${type}\\b`), type);
     const job = await loadJobFile(file);
     assert.equal(job.name, 'evals');
     assert.deepEqual(

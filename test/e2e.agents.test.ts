@@ -48,7 +48,7 @@ const AIDER_WHOLE_FILE: ScriptedTurn = { text: 'hello.txt\n```\nHello, world!\n`
 const openai = (url: string) => ({ OPENAI_BASE_URL: `${url}/v1`, OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}' });
 
 /** Per job agent: its catalogue agent, scripted turns, env (`url` is its session on the scripted server), extras. */
-const AGENTS: Record<
+const ALL_AGENTS: Record<
   string,
   {
     agent?: string;
@@ -92,7 +92,26 @@ const AGENTS: Record<
     kwargs: { edit_format: 'whole' },
     turnsPerAttempt: 1,
   },
+  // cline's yolo mode ends only on its submit_and_exit tool.
+  cline: {
+    turns: [
+      { shell: HELLO },
+      { call: { name: 'submit_and_exit', arguments: { summary: 'wrote /app/hello.txt', verified: true } } },
+    ],
+    env: openai,
+  },
+  'grok-cli': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
 };
+/** ROLLOUT_TEST_AGENTS=cline,pi runs only those (while working on an agent); all by default. */
+const only = process.env.ROLLOUT_TEST_AGENTS?.split(',').filter(Boolean);
+const AGENTS = only
+  ? Object.fromEntries(
+      only.map((name) => {
+        if (!ALL_AGENTS[name]) throw new Error(`ROLLOUT_TEST_AGENTS: no agent "${name}" in this test`);
+        return [name, ALL_AGENTS[name]];
+      })
+    )
+  : ALL_AGENTS;
 const INSTALLED = Object.keys(AGENTS).filter((name) => builtinAgent(name)?.kind === 'installed');
 
 let dir: string;
@@ -225,28 +244,33 @@ describe('built-in agents end to end through the gateway against the scripted mo
     });
   }
 
-  it('a rate limit is absorbed at the gateway: no retry of the trial; the call records both attempts', async () => {
-    const name = 'terminus-rate-limited';
-    const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
-    assert.deepEqual(
-      results.map((r) => [r.retries, r.error]),
-      [
-        [0, null],
-        [0, null],
-      ]
-    );
-    const calls = await Promise.all(
-      [1, 2].map((attempt) => callRecords(path.join(trialDir(name, attempt), 'agent', 'llm-calls.jsonl')))
-    );
-    const retried = calls.flat().filter((call) => (call.attempts ?? []).length > 1);
-    assert.equal(retried.length, 1, 'the one 429 the server gave was retried at the gateway');
-    assert.deepEqual(
-      retried[0]!.attempts!.map((a) => a.status),
-      [429, 200]
-    );
-    assert.ok(calls.flat().every((call) => call.status === 200));
-    results.forEach((result, i) => assert.equal(result.usage?.n_llm_calls, calls[i]!.length));
-  });
+  const rateLimited = { skip: !('terminus-rate-limited' in AGENTS) };
+  it(
+    'a rate limit is absorbed at the gateway: no retry of the trial; the call records both attempts',
+    rateLimited,
+    async () => {
+      const name = 'terminus-rate-limited';
+      const results = await Promise.all([1, 2].map((attempt) => trial(name, attempt)));
+      assert.deepEqual(
+        results.map((r) => [r.retries, r.error]),
+        [
+          [0, null],
+          [0, null],
+        ]
+      );
+      const calls = await Promise.all(
+        [1, 2].map((attempt) => callRecords(path.join(trialDir(name, attempt), 'agent', 'llm-calls.jsonl')))
+      );
+      const retried = calls.flat().filter((call) => (call.attempts ?? []).length > 1);
+      assert.equal(retried.length, 1, 'the one 429 the server gave was retried at the gateway');
+      assert.deepEqual(
+        retried[0]!.attempts!.map((a) => a.status),
+        [429, 200]
+      );
+      assert.ok(calls.flat().every((call) => call.status === 200));
+      results.forEach((result, i) => assert.equal(result.usage?.n_llm_calls, calls[i]!.length));
+    }
+  );
 
   for (const name of INSTALLED) {
     it(`${name}: installed at most once on this host; later attempts start from the install snapshot`, async () => {

@@ -136,8 +136,14 @@ describe('live control of a running job (rollout ctl)', () => {
       [['concurrency', 'many'], /concurrency must be a whole number from 1 to 10000, not NaN$/],
       [['concurrency'], /takes one number: concurrency <n>$/],
       [['pause', 'now'], /pause: takes no arguments \(got now\)$/],
-      [['frobnicate'], /frobnicate: unknown action \(one of: pause, resume, concurrency\)$/],
+      [['frobnicate'], /frobnicate: unknown action \(one of: pause, resume, concurrency, budget\b[^)]*\)$/],
     ];
+    // The unknown action's list is the help's: every action `ctl --help` lists (budget too) is named.
+    const help = await ctl('--help');
+    const listed = [...help.stdout.split('\nActions:\n')[1]!.matchAll(/^ {2}(\S+)/gm)].map((match) => match[1]!);
+    assert.ok(listed.includes('budget'), help.stdout);
+    const unknown = await ctl('no-such-job', 'frobnicate');
+    for (const action of listed) assert.match(unknown.stderr, new RegExp(`[(, ]${action}[,)]`), action);
     for (const [args, message] of cases) {
       const run = await ctl('no-such-job', ...args);
       assert.equal(run.code, 2, run.stderr);

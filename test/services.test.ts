@@ -84,6 +84,46 @@ describe('job services', () => {
     await assert.rejects(fetch(`http://127.0.0.1:${port}/`), 'the first service was left running');
   });
 
+  it("the error's first line says what the service printed: the line naming its error, or that it printed nothing", async () => {
+    const first = (err: unknown) => (err instanceof ServiceStartError ? err.message.split('\n')[0]! : '');
+    const failing = (command: string) =>
+      startServices(
+        [service({ name: 'model', cwd: dir, command, ready_url: 'http://127.0.0.1:9/' })],
+        path.join(dir, 'l')
+      );
+    const silent = await failing('exit 4').then(() => '', first);
+    assert.match(
+      silent,
+      /^service model exited 4 before http:\/\/127\.0\.0\.1:9\/ answered: it printed nothing \(.*model\.log\)$/
+    );
+    // A program Rollout does not have where the job file says: node's error line, not its last line (its version).
+    const missing = await failing('exec node ./no-such-server.js').then(() => '', first);
+    assert.match(missing, /answered: Error: Cannot find module '.*no-such-server\.js' \(its output: .*model\.log\)$/);
+  });
+
+  it("a service's command sees ROLLOUT_PACKAGE_DIR, the Rollout package running it (a job file copied elsewhere)", async () => {
+    const port = await freePort();
+    const server = `require('http').createServer((q, r) => r.end(process.env.ROLLOUT_PACKAGE_DIR)).listen(${port}, '127.0.0.1')`;
+    const services = await startServices(
+      [
+        service({
+          name: 'shipped',
+          cwd: dir,
+          command: `test -f "$ROLLOUT_PACKAGE_DIR/package.json" && exec node -e "${server}"`,
+          ready_url: `http://127.0.0.1:${port}/`,
+        }),
+      ],
+      path.join(dir, 'logs')
+    );
+    try {
+      const packageDir = await fetch(`http://127.0.0.1:${port}/`).then((r) => r.text());
+      const manifest = JSON.parse(await readFile(path.join(packageDir, 'package.json'), 'utf8')) as { name: string };
+      assert.equal(manifest.name, 'rollout-agents');
+    } finally {
+      await services.stop();
+    }
+  });
+
   it('a service that never answers fails the start after ready_timeout_sec, and is stopped', async () => {
     await assert.rejects(
       startServices(

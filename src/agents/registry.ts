@@ -5,9 +5,11 @@
 import aider from './aider';
 import type { BuiltinAgentDefinition } from './builtin';
 import claudeCode from './claude-code';
+import cline from './cline';
 import codex from './codex';
 import copilotCli from './copilot-cli';
 import geminiCli from './gemini-cli';
+import grokCli from './grok-cli';
 import kimi from './kimi';
 import miniSweAgent from './mini-swe-agent';
 import opencode from './opencode';
@@ -26,6 +28,8 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   copilotCli,
   pi,
   kimi,
+  cline,
+  grokCli,
   terminus,
 ];
 
@@ -48,6 +52,20 @@ export const UNSUPPORTED_AGENTS: readonly { name: string; reason: string }[] = [
     reason: 'needs Python >= 3.12: bookworm has 3.11, and Python builds come from GitHub (uv python install)',
   },
   { name: 'openhands-sdk', reason: 'needs Python >= 3.12 (as mistral-vibe)' },
-  { name: 'cline', reason: 'on npm; how its CLI takes an OpenAI-compatible base URL is not established: not verified' },
+  {
+    name: 'kilo',
+    reason:
+      'npm @kilocode/cli 7.7.7 (7.8.1 names platform packages never published) runs against a custom endpoint here by hand, but its run exceeded 360 s in the real-agent test on the loaded host: not verified',
+  },
+  {
+    name: 'auggie',
+    reason: "on npm, but every model call goes to Augment's own service: no base URL to point at a gateway",
+  },
+  {
+    name: 'factory-droid',
+    reason:
+      'on npm (native binary in a platform package); its BYOK custom models still need a Factory login: not verified',
+  },
+  { name: 'swe-agent', reason: 'installed by a git clone from GitHub (no package on PyPI)' },
   { name: 'hermes', reason: 'on PyPI (hermes-agent); how it takes an OpenAI-compatible base URL is not established' },
 ];

@@ -39,12 +39,21 @@ const CONTROLS: Record<string, ControlAction> = {
   },
 };
 
+/** Every action `rollout ctl` takes (the help's list, and the list an unknown action is told). */
+function allActions(): Record<string, { args: string; help: string }> {
+  return { ...CONTROLS, ...BUDGET_CONTROL };
+}
+
 /** The control a command line asks for; bad input is one line naming the argument. */
 export function parseControl(action: string, args: string[]): JobControl {
   const entry = Object.hasOwn(CONTROLS, action) ? CONTROLS[action] : undefined;
   if (!entry) {
     throw new InputError([
-      { file: 'rollout ctl', field: action, message: `unknown action (one of: ${Object.keys(CONTROLS).join(', ')})` },
+      {
+        file: 'rollout ctl',
+        field: action,
+        message: `unknown action (one of: ${Object.keys(allActions()).join(', ')})`,
+      },
     ]);
   }
   let control: JobControl;
@@ -70,7 +79,7 @@ export function controlJob(job: string, control: JobControl): Promise<JobControl
 }
 
 export function addCtlCommand(program: Command): void {
-  const actions = Object.entries({ ...CONTROLS, ...BUDGET_CONTROL }).map(
+  const actions = Object.entries(allActions()).map(
     ([name, { args, help }]) => `  ${`${name} ${args}`.trim().padEnd(18)} ${help}`
   );
   program

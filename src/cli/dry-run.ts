@@ -45,7 +45,9 @@ export async function dryRun(job: ResolvedJob): Promise<void> {
   const lines = [
     `plan: job ${job.name}: ${plan.trials.length} trials (${tasks.size} tasks × ${job.agents.length} agents × ` +
       `${job.n_attempts} attempts), ${job.n_concurrent_trials} at once, ${job.environment.type} environments`,
-    `environments: ${envs.size} (${toBuild.length} to build from a Dockerfile, ${envs.size - toBuild.length} prebuilt images)`,
+    job.environment.type === 'local'
+      ? `environments: none to build (local: each trial runs as processes on this host; Dockerfiles are not used)`
+      : `environments: ${envs.size} (${toBuild.length} to build from a Dockerfile, ${envs.size - toBuild.length} prebuilt images)`,
     ...plan.warnings.map((warning) => `warning: ${warning}`),
     'agents:',
   ];

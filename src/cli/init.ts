@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import type { Problem } from '../errors';
 import { InputError } from '../errors';
 import { loadJobFile } from '../job/load';
-import { ORACLE_AGENT } from '../job/schema';
+import { ENVIRONMENT_TYPES, ORACLE_AGENT } from '../job/schema';
 import { findDataset, readRegistry, registryLabel, registrySource } from '../registry/load';
 import { agentProblems, parseDatasetFlag, vendorEnv } from './run-flags';
 
@@ -173,7 +173,7 @@ function jobYaml(choice: {
     "# Scales every task's timeouts (a slow machine, a slow model).",
     'timeout_multiplier: 1.0',
     'environment:',
-    '  type: docker # docker | local | kubernetes (README: Kubernetes)',
+    `  type: docker # ${ENVIRONMENT_TYPES.join(' | ')} (README: Kubernetes; docs/environments.md: the cloud sandboxes)`,
     'agents:',
     ...agent,
     'datasets:',

@@ -8,6 +8,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import type { jobWorkflow } from '../../workflows';
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
+import { budgetLedgerId } from '../../workflows/budget-ledger';
 import { startWorkers } from '../../workers/create-workers';
 import { workflowBundle } from '../../workers/workflow-bundle';
 import { InputError } from '../errors';
@@ -115,7 +116,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
     if (packed > 0)
       log.info(`${packed} local task(s) packed into ${job.jobs_dir} (${sent} sent, the rest already there)`);
   }
-  installQuietRuntime(job.log_level);
+  installQuietRuntime(job.log_level, { ownsWorkflow: (id) => ofJob(job.name, id) });
   for (const warning of plan.warnings) log.warn(warning);
   if (options.worker && plan.unsetEnvVars.length > 0) {
     throw new InputError(
@@ -275,4 +276,13 @@ function startJobWorkers(
 function numberFromEnv(name: string): number | undefined {
   const value = process.env[name];
   return value ? Number(value) : undefined;
+}
+
+/** A workflow of this job: its Job workflow, its trials (`<job>/<trial>`), its budget ledger. */
+function ofJob(jobName: string, workflowId: string): boolean {
+  return (
+    workflowId.startsWith(`${jobName}/`) ||
+    workflowId === jobWorkflowId(jobName) ||
+    workflowId === budgetLedgerId(jobName)
+  );
 }

@@ -2,7 +2,9 @@
  * job.yaml `services`: processes the `rollout` command starts before the job's trials and stops when it ends, such
  * as a model server on this machine (vLLM, llama.cpp's server, a scripted server for a dry run). Agents on the model
  * gateway reach such a server at its 127.0.0.1 address: the gateway runs in the worker, on this host, and forwards
- * the containers' calls to it. Each service's output goes to `<job>/services/<name>.log`.
+ * the containers' calls to it. Each service's output goes to `<job>/services/<name>.log`. A service's command sees
+ * `ROLLOUT_PACKAGE_DIR`, the folder of the Rollout package running it, so a job file copied elsewhere can still start
+ * a program Rollout ships (examples/agents.yaml's scripted model server).
  */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
@@ -15,6 +17,8 @@ import type { ServiceConfig } from './schema';
 const POLL_MS = 200;
 const STOP_GRACE_MS = 5_000;
 const LOG_TAIL_CHARS = 2_000;
+/** Compiled, this module is dist/src/job/services.js: three folders below the package root. */
+const PACKAGE_DIR = path.resolve(__dirname, '..', '..', '..');
 
 export interface RunningServices {
   /** Stops every service (SIGTERM to its process group, SIGKILL after a grace period). */
@@ -59,13 +63,15 @@ export async function startServices(services: ServiceConfig[], logDir: string): 
 
 async function startService(service: ServiceConfig, logFile: string): Promise<ChildProcess> {
   await mkdir(path.dirname(logFile), { recursive: true });
+  const env = { ...process.env, ROLLOUT_PACKAGE_DIR: PACKAGE_DIR };
   const { command, ready_url: readyUrl } = resolveEnv(
     { command: service.command, ...(service.ready_url ? { ready_url: service.ready_url } : {}) },
-    process.env
+    env
   );
   const log = await open(logFile, 'a');
   const child = spawn('bash', ['-c', command!], {
     cwd: service.cwd,
+    env,
     detached: true,
     stdio: ['ignore', log.fd, log.fd],
   });
@@ -82,7 +88,7 @@ async function startService(service: ServiceConfig, logFile: string): Promise<Ch
   while (Date.now() < deadline) {
     if (state.ended !== null) {
       throw new ServiceStartError(
-        `service ${service.name} ${state.ended} before ${readyUrl} answered; its output (${logFile}):\n${await tail(logFile)}`
+        `service ${service.name} ${state.ended} before ${readyUrl} answered: ${await outputSummary(logFile)}`
       );
     }
     const answered = await fetch(readyUrl, { signal: AbortSignal.timeout(2_000) }).then(
@@ -94,7 +100,7 @@ async function startService(service: ServiceConfig, logFile: string): Promise<Ch
   }
   await stopProcess(child);
   throw new ServiceStartError(
-    `service ${service.name}: ${readyUrl} did not answer within ${service.ready_timeout_sec} s; its output (${logFile}):\n${await tail(logFile)}`
+    `service ${service.name}: ${readyUrl} did not answer within ${service.ready_timeout_sec} s: ${await outputSummary(logFile)}`
   );
 }
 
@@ -116,7 +122,21 @@ async function stopProcess(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-async function tail(file: string): Promise<string> {
-  const text = await readFile(file, 'utf8').catch(() => '');
-  return text.length > LOG_TAIL_CHARS ? `…${text.slice(-LOG_TAIL_CHARS)}` : text;
+/**
+ * What a failed service printed: on the first line, the line that names its error (else its last line) or that it
+ * printed nothing, with the log's path (the CLI shows an error's first line only); its output's end on the next lines.
+ */
+async function outputSummary(logFile: string): Promise<string> {
+  const text = await readFile(logFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return '';
+    throw err;
+  });
+  const end = text.length > LOG_TAIL_CHARS ? `…${text.slice(-LOG_TAIL_CHARS)}` : text;
+  const lines = end
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
+  if (lines.length === 0) return `it printed nothing (${logFile})`;
+  const named = lines.findLast((line) => /\b[A-Za-z]*(Error|Exception)\b|\berror\b|\bfatal\b/i.test(line));
+  return `${named ?? lines[lines.length - 1]} (its output: ${logFile})\n${end}`;
 }

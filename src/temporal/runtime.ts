@@ -13,7 +13,14 @@ import { logEnabled, setLogLevel } from '../log';
  */
 export function installQuietRuntime(
   level: LogLevel = 'info',
-  options: { shutdownSignals?: NodeJS.Signals[] } = {}
+  options: {
+    shutdownSignals?: NodeJS.Signals[];
+    /**
+     * The workflows of the job this process runs: its in-process worker serves every job's workflows, but only these
+     * log here at their own level; other jobs' lines are debug.
+     */
+    ownsWorkflow?: (workflowId: string) => boolean;
+  } = {}
 ): void {
   setLogLevel(level);
   const temporal =
@@ -22,12 +29,16 @@ export function installQuietRuntime(
   // Workflow `log` calls arrive with sdkComponent "workflow"; everything else is Temporal's own.
   const logger = new DefaultLogger('TRACE', (entry) => {
     const fromWorkflow = entry.meta?.sdkComponent === 'workflow';
-    const wanted = fromWorkflow ? logEnabled(entryLevelOf(entry.level)) : severity(entry.level) >= severity(temporal);
+    const workflowId: unknown = entry.meta?.workflowId;
+    const ours = !options.ownsWorkflow || typeof workflowId !== 'string' || options.ownsWorkflow(workflowId);
+    const wanted = fromWorkflow
+      ? logEnabled(ours ? entryLevelOf(entry.level) : 'debug')
+      : severity(entry.level) >= severity(temporal);
     if (wanted) console.error(`${entry.level.toLowerCase()}: ${entry.message}${workflowOf(entry.meta)}`);
   });
   try {
     Runtime.install({
-      ...options,
+      ...(options.shutdownSignals ? { shutdownSignals: options.shutdownSignals } : {}),
       logger,
       telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: temporal }) } },
     });

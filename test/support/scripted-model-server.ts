@@ -37,12 +37,13 @@
  * A scenario is a list of abstract turns, rendered per dialect:
  * - `{ shell: cmd }`: a call of the request's shell-like tool (Bash, shell, exec_command, run_shell_command, bash,
  *   execute_command, …, else any tool with a `command`/`cmd` parameter), its parameter names and types taken from the
- *   tool's own JSON schema (`command` as a string, or `["bash","-lc",cmd]` when the schema says array).
+ *   tool's own JSON schema (`command` as a string, or `["bash","-lc",cmd]` when the schema says array; an array
+ *   `commands`, as cline's run_commands, is a list of commands: `[cmd]`).
  * - `{ write: { path, content } }`: a call of the write-like tool (Write, write_file, write, write_to_file,
  *   create_file, codex's apply_patch), else rendered as a shell command.
  * - `{ say: text }`: a final assistant text (end_turn / stop).
  * - `{ text: reply }`: a literal assistant text that is a turn (agents without tool calls: aider, terminus).
- * - `{ call: { name, arguments } }`: a literal tool call, for agent-specific oddities (cline's attempt_completion).
+ * - `{ call: { name, arguments } }`: a literal tool call, for agent-specific oddities (cline's submit_and_exit).
  * The turn index is the number of assistant turns already in the request's conversation (a run of consecutive
  * assistant items counts once), so retries are idempotent and side calls do not desync it. A request is a side call
  * when it asks for JSON output (`response_format`, `responseMimeType: application/json`) or has no usable tool for
@@ -204,6 +205,7 @@ const SHELL_TOOLS = [
   'run_shell_command',
   'execute_command',
   'run_command',
+  'run_commands',
   'terminal',
   'local_shell',
 ];
@@ -266,7 +268,9 @@ function paramName(tool: ToolSpec, candidates: string[]): string {
 
 function shellReply(tool: ToolSpec, command: string): Reply {
   const param = paramName(tool, COMMAND_PARAMS);
-  const value = schemaType(tool.schema.properties?.[param]) === 'array' ? ['bash', '-lc', command] : command;
+  const isArray = schemaType(tool.schema.properties?.[param]) === 'array';
+  // An array `commands` is a list of shell commands (cline's run_commands); an array `command` is one argv.
+  const value = !isArray ? command : param === 'commands' ? [command] : ['bash', '-lc', command];
   return { kind: 'tool', name: tool.name, args: fillArgs(tool, { [param]: value }) };
 }
 
