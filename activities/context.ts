@@ -8,6 +8,7 @@ import type { Environment } from '../src/environments/environment';
 import { phaseNetworks } from '../src/task/policy';
 import type { TaskConfig } from '../src/task/schema';
 import type { EnvironmentHandle } from '../src/trial/types';
+import type { PolicyVersions } from '../src/temporal/policy-versions';
 import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/job/schema';
 import { trialTaskDir } from '../src/registry/trial-task';
@@ -31,6 +32,8 @@ export interface ActivityDeps {
   caBundle: string | null;
   /** This worker's model gateway: built-in agents (and custom ones with `gateway: true`) reach models through it. */
   gateway: ModelGateway;
+  /** The jobs' policy versions, stamped on model calls (absent without a Temporal client: calls go unstamped). */
+  policyVersions?: PolicyVersions;
 }
 
 /** Per-worker limit on trials that hold an environment on this host (`rollout worker --max-trials`). */

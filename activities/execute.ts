@@ -4,7 +4,8 @@ import { SolutionNotFoundError } from '../src/agents/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
 import { refusalMessage } from '../src/gateway/budget';
-import type { TrialSession } from '../src/gateway/gateway';
+import type { TrialSession, TrialSessionOptions } from '../src/gateway/gateway';
+import type { AgentConfig } from '../src/job/schema';
 import { JOB_BUDGET_ERROR } from '../src/trial/errors';
 import type { GatewayChannel } from '../src/gateway/relay/channel';
 import { openGatewayChannel } from '../src/gateway/relay/channel';
@@ -26,6 +27,35 @@ import { leftoversKilledByVerifier } from './verify';
  * call failed (after the gateway's own retries), the trial ends in that failure's type (ApiUnreachableError, …),
  * whether the agent exited or timed out, and job.yaml `retry` runs it again.
  */
+/** The agent's `tokens`, `sampling` and `replicas`, and the job's policy version, as the gateway takes them. */
+function rlOptions(
+  deps: ActivityDeps,
+  spec: AgentStepInput['spec'],
+  config: AgentConfig,
+  note: (line: string) => void
+): Partial<TrialSessionOptions> {
+  const { policyVersions } = deps;
+  const initial = spec.policyVersion;
+  return {
+    ...(config.tokens || config.sampling
+      ? { shaping: { tokens: config.tokens ?? false, ...(config.sampling ? { sampling: config.sampling } : {}) } }
+      : {}),
+    ...(config.replicas ? { replicas: config.replicas, note } : {}),
+    ...(initial !== undefined
+      ? {
+          policyVersion: () =>
+            policyVersions ? policyVersions.current(spec.jobWorkflowId, initial) : Promise.resolve(initial),
+        }
+      : {}),
+  };
+}
+
+function noteLine(spec: AgentStepInput['spec'], line: string): Promise<void> {
+  return log(spec, 'execute', `gateway: ${line}`).catch((err: unknown) => {
+    logLine.warn(`trial log of ${spec.trialName}: ${(err as Error).message}`);
+  });
+}
+
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
     const { spec, taskStep } = input;
@@ -45,6 +75,7 @@ export function executeAgent(deps: ActivityDeps) {
           rateLimits: spec.rateLimits ?? [],
           ...(config.limits ? { limits: config.limits } : {}),
           ...(spec.budgeted ? { budget: { jobName: spec.jobName, agentName: spec.agentName } } : {}),
+          ...rlOptions(deps, spec, config, (line) => void noteLine(spec, line)),
         });
         // A cloud sandbox reaches it through a relay running for this step only (src/gateway/relay/channel.ts).
         channel = await openGatewayChannel(deps.gateway, session, run.environment, run.handle, process.env, (line) => {

@@ -318,8 +318,9 @@ describe('rollout export', () => {
     await mkdir(big, { recursive: true });
     await writeFile(path.join(big, 'config.json'), JSON.stringify({ name: 'big', agents: [{ name: 'openai-chat' }] }));
     const source = path.join(jobDir, 'hello-world__openai-chat__1');
-    // Each trial's calls padded to ~30 KB, so the output is far larger than the heap; trials share their files
-    // (hard links), which makes the folder quick to build and changes nothing for the reader.
+    // Each trial's calls padded to ~30 KB, so the output is far larger than the heap; trials share their calls
+    // (hard links), which makes the folder quick to build and changes nothing for the reader. Each result.json names
+    // its own folder (a reader refuses a result that names another trial).
     const calls = path.join(dir, 'padded-calls.jsonl');
     const padded = (await readFile(path.join(source, 'agent', 'llm-calls.jsonl'), 'utf8'))
       .trim()
@@ -330,13 +331,17 @@ describe('rollout export', () => {
         return JSON.stringify(record);
       });
     await writeFile(calls, `${padded.join('\n')}\n`);
+    const sourceResult = JSON.parse(await readFile(path.join(source, 'result.json'), 'utf8')) as Json;
     const N = 5_000;
     for (let i = 0; i < N; i += 500) {
       await Promise.all(
         Array.from({ length: Math.min(500, N - i) }, async (_, k) => {
           const trial = path.join(big, `t-${i + k}__openai-chat__1`);
           await mkdir(path.join(trial, 'agent'), { recursive: true });
-          await link(path.join(source, 'result.json'), path.join(trial, 'result.json'));
+          await writeFile(
+            path.join(trial, 'result.json'),
+            JSON.stringify({ ...sourceResult, trial_name: path.basename(trial) })
+          );
           await link(calls, path.join(trial, 'agent', 'llm-calls.jsonl'));
         })
       );

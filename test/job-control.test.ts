@@ -136,7 +136,12 @@ describe('live control of a running job (rollout ctl)', () => {
       [['concurrency', 'many'], /concurrency must be a whole number from 1 to 10000, not NaN$/],
       [['concurrency'], /takes one number: concurrency <n>$/],
       [['pause', 'now'], /pause: takes no arguments \(got now\)$/],
-      [['frobnicate'], /frobnicate: unknown action \(one of: pause, resume, concurrency, budget\b[^)]*\)$/],
+      [['policy-version', '-1'], /policy-version must be a whole number from 0, not -1$/],
+      [['policy-version', '1.5'], /policy-version must be a whole number from 0, not 1\.5$/],
+      [
+        ['frobnicate'],
+        /frobnicate: unknown action \(one of: pause, resume, concurrency, policy-version, budget\b[^)]*\)$/,
+      ],
     ];
     // The unknown action's list is the help's: every action `ctl --help` lists (budget too) is named.
     const help = await ctl('--help');

@@ -445,7 +445,8 @@ describe('rollout view in a browser', () => {
     await visit(`file://${out}/jobs/demo/trials/beta__guesser__2/index.html`, 'bundle-trial');
     assert.match((await texts('#error'))[0] ?? '', /^AgentTimeoutError in execute/);
     const log = await readFile(
-      path.join(out, 'jobs', 'demo', 'trials', 'alpha__solver__1', 'files', 'agent', 'execute.txt'),
+      // Raw files end in .txt in a bundle (a hosted bundle serves no agent-written file as a page).
+      path.join(out, 'jobs', 'demo', 'trials', 'alpha__solver__1', 'files', 'agent', 'execute.txt.txt'),
       'utf8'
     );
     assert.equal(log, 'solving alpha\n');

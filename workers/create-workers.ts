@@ -16,6 +16,7 @@ import { TemporalConcurrencyShares } from '../src/temporal/concurrency-limits';
 import type { RateLimitRule } from '../src/gateway/rate-window';
 import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
+import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
@@ -91,6 +92,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
           }
         : {}),
     }),
+    ...(options.client ? { policyVersions: new TemporalPolicyVersions(options.client) } : {}),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);
       if (!environment) {

@@ -45,7 +45,11 @@ export const jobProgressQuery = defineQuery<JobProgress>('progress');
  * `rollout ctl <job> <action>`: one variant per action, told apart by `action`. A new action is one more variant here
  * and one case in ./job/control (its validation and effect) and in src/cli/ctl (its arguments).
  */
-export type JobControl = { action: 'pause' } | { action: 'resume' } | { action: 'concurrency'; value: number };
+export type JobControl =
+  | { action: 'pause' }
+  | { action: 'resume' }
+  | { action: 'concurrency'; value: number }
+  | { action: 'policy-version'; value: number };
 
 /** What live control has set, carried across continue-as-new and shown by status, the viewer and the Temporal UI. */
 export interface JobControlState {
@@ -53,6 +57,8 @@ export interface JobControlState {
   paused: boolean;
   /** The job's n_concurrent_trials now (job.yaml's until changed). */
   concurrency: number;
+  /** The policy version stamped on model calls from now on (job.yaml `policy_version` until changed); docs/rl.md. */
+  policy_version?: number;
 }
 
 /** Validated in the workflow (a rejected control leaves no trace in its history); returns the state after it. */

@@ -85,6 +85,7 @@ export function jobInput(
     deleteImages: job.environment.delete,
     // Trials the job's budget refused run again too: a raised budget carries the job on.
     rerunErrorTypes: [CANCELLED_ERROR, JOB_BUDGET_ERROR, ...(options.rerunErrorTypes ?? [])],
+    ...(job.policy_version !== undefined ? { policyVersion: job.policy_version } : {}),
     ...(options.maxHistoryEvents ? { maxHistoryEvents: options.maxHistoryEvents } : {}),
     ...(options.reconcileIntervalSec ? { reconcileIntervalSec: options.reconcileIntervalSec } : {}),
   };

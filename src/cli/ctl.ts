@@ -37,6 +37,14 @@ const CONTROLS: Record<string, ControlAction> = {
       return { action: 'concurrency', value: Number(args[0]) };
     },
   },
+  'policy-version': {
+    args: '<n>',
+    help: 'stamp model calls that start from now on with policy version n (docs/rl.md)',
+    parse: (args) => {
+      if (args.length !== 1) throw new Error('takes one number: policy-version <n>');
+      return { action: 'policy-version', value: Number(args[0]) };
+    },
+  },
 };
 
 /** Every action `rollout ctl` takes (the help's list, and the list an unknown action is told). */
@@ -68,7 +76,8 @@ export function parseControl(action: string, args: string[]): JobControl {
 }
 
 export function describeControlState(job: string, state: JobControlState): string {
-  return `job ${job}: ${state.paused ? 'paused (running trials finish, none starts)' : 'running'} · concurrency ${state.concurrency}`;
+  const version = state.policy_version !== undefined ? ` · policy version ${state.policy_version}` : '';
+  return `job ${job}: ${state.paused ? 'paused (running trials finish, none starts)' : 'running'} · concurrency ${state.concurrency}${version}`;
 }
 
 /** Sends the control to the job's workflow and waits until it is applied; returns the job's control state after it. */

@@ -9,6 +9,7 @@ import path from 'node:path';
 
 import tarStream from 'tar-stream';
 
+import { resolveInside } from '../files/inside';
 import type { CollectLimits, CollectReport } from '../trial/types';
 
 /** Paths of a CollectReport's `cut` beyond the first few are only counted: the report travels in a payload. */
@@ -52,14 +53,6 @@ export class CollectBudget {
     const more = this.cutUncounted ? [`… and ${this.cutUncounted} more`] : [];
     return { files: this.files, bytes: this.bytes, limit_reached: this.limitReached, cut: [...this.cut, ...more] };
   }
-}
-
-/** `root/relative` when it stays inside root (root itself included); undefined for `../` escapes. */
-export function resolveInside(root: string, relative: string): string | undefined {
-  const target = path.resolve(root, relative);
-  const fromRoot = path.relative(root, target);
-  const escapes = fromRoot === '..' || fromRoot.startsWith(`..${path.sep}`) || path.isAbsolute(fromRoot);
-  return escapes ? undefined : target;
 }
 
 /**

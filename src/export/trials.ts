@@ -9,6 +9,7 @@ import path from 'node:path';
 import { z } from 'zod';
 
 import { InputError, zodProblems } from '../errors';
+import { isFolderName } from '../files/inside';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';
 import { jobFiles } from '../results/files';
@@ -46,10 +47,11 @@ export function kindOf(trialName: string): TrialKind {
 
 export async function* jobTrials(jobDir: string, filter: TrialFilter): AsyncGenerator<ExportTrial> {
   for await (const entry of await opendir(jobDir)) {
-    if (!entry.isDirectory()) continue;
+    if (!entry.isDirectory() || !isFolderName(entry.name)) continue;
     const dir = path.join(jobDir, entry.name);
     const result = await readInputJson(jobFiles.trialResult(jobDir, entry.name), ExportedResultSchema);
-    if (!result) continue;
+    // A result copied or forged into another trial's folder is not that trial's.
+    if (!result || result.trial_name !== entry.name) continue;
     if (filter.agent !== undefined && result.agent_name !== filter.agent) continue;
     if (filter.minReward !== undefined && !((primaryReward(result.rewards) ?? -Infinity) >= filter.minReward)) continue;
     yield { dir, kind: kindOf(entry.name), result: result as unknown as TrialResult };

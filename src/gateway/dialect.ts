@@ -54,8 +54,19 @@ export interface Dialect {
   conversation(request: Record<string, unknown>): Message[];
   tools(request: Record<string, unknown>): ToolDefinition[];
   reply(response: unknown): Message | null;
-  /** Token ids and logprobs of the reply, when the server returned them (vLLM). */
-  tokens?(response: unknown): { token_ids?: number[]; logprobs?: number[] } | null;
+  /** Token ids and logprobs of the call, when the server returned them (vLLM, SGLang). */
+  tokens?(response: unknown): CallTokens | null;
+  /** The request parameters that make the upstream return token ids and logprobs (job.yaml `tokens: true`). */
+  tokenParams?: Json;
+  /** A reply (whole, or one stream event's payload) without the fields the `added` request parameters brought. */
+  stripAdded?(payload: Json, added: string[]): Json;
+}
+
+/** A call's tokens as the server returned them: the prompt's ids, the completion's ids, one logprob per sampled id. */
+export interface CallTokens {
+  prompt_token_ids?: number[];
+  token_ids?: number[];
+  logprobs?: number[];
 }
 
 // Small readers of untyped wire JSON, shared by the dialects.

@@ -14,7 +14,8 @@ import type { ApiErrorType } from './errors';
 import { classifyBroken, classifyStatus } from './errors';
 import type { CallAttempt } from './records';
 import { CONNECT_ATTEMPTS, RETRIED_STATUSES, connectRetryWaitMs, retryAfterMs, statusRetryWaitMs } from './retry-wait';
-import { SseParser } from './sse';
+import type { ReplyFilter } from './call-additions';
+import { SseParser, SseRewriter } from './sse';
 import type { UpstreamAgents } from './upstream-agents';
 import { requestFor } from './upstream-agents';
 import { HOP_BY_HOP, MAX_RECORDED_BYTES, reply, responseOf } from './wire';
@@ -29,6 +30,10 @@ export interface ForwardRequest {
   headers: http.OutgoingHttpHeaders;
   body: Buffer;
   dialect: Dialect | null;
+  /** Takes out of a successful reply what the gateway asked for and the agent did not (./call-additions). */
+  filter?: ReplyFilter | null;
+  /** An upstream that cannot be reached gets the agent a 502 (default); false leaves the reply to the caller. */
+  replyUnreachable?: boolean;
 }
 
 export interface ForwardDeps {
@@ -104,7 +109,7 @@ export async function forward(request: ForwardRequest, deps: ForwardDeps): Promi
       const wait = connectRetryWaitMs(connectRetries);
       connectRetries += 1;
       if (connectRetries >= CONNECT_ATTEMPTS || Date.now() - started + wait > deps.maxWaitMs) {
-        reply(request.res, 502, `upstream unreachable: ${end.message}`);
+        if (request.replyUnreachable !== false) reply(request.res, 502, `upstream unreachable: ${end.message}`);
         const failure = { type: classifyBroken('unreachable'), message: `upstream: ${end.message}` };
         return { status: 0, response: null, failure, attempts, waitedMs };
       }
@@ -134,7 +139,7 @@ function answered(end: Extract<AttemptEnd, { kind: 'answered' }>): Omit<Forwarde
 
 /** One request upstream. A reply to retry (within max_wait) is read and dropped; any other is passed on. */
 function attempt(
-  { req, res, target, headers, body, dialect }: ForwardRequest,
+  { req, res, target, headers, body, dialect, filter }: ForwardRequest,
   agent: http.Agent,
   gone: AbortSignal,
   retryWait: (headers: http.IncomingHttpHeaders) => number | null
@@ -182,18 +187,32 @@ function attempt(
       }
       const responseHeaders = { ...upstreamRes.headers };
       for (const key of HOP_BY_HOP) delete responseHeaders[key];
-      res.writeHead(status, responseHeaders);
-      res.flushHeaders();
-      parser = /text\/event-stream/.test(upstreamRes.headers['content-type'] ?? '') ? new SseParser() : null;
+      const sse = /text\/event-stream/.test(upstreamRes.headers['content-type'] ?? '');
+      const strip = filter && status < 400 && !upstreamRes.headers['content-encoding'] ? filter : null;
+      // A stream is rewritten event by event as it passes; a JSON reply to rewrite is held to its end (its length
+      // changes). Anything else passes through untouched.
+      const rewriter = strip && sse ? new SseRewriter(strip) : null;
+      const held: Buffer[] | null = strip && !sse ? [] : null;
+      if (strip) delete responseHeaders['content-length'];
+      if (!held) {
+        res.writeHead(status, responseHeaders);
+        res.flushHeaders();
+      }
+      parser = sse ? new SseParser() : null;
       const chunks: Buffer[] = [];
       let size = 0;
       upstreamRes.on('data', (chunk: Buffer) => {
-        res.write(chunk);
+        if (held) held.push(chunk);
+        else res.write(rewriter ? rewriter.push(chunk) : chunk);
         if (parser) parser.push(chunk);
         else if ((size += chunk.length) <= MAX_RECORDED_BYTES) chunks.push(chunk);
       });
       upstreamRes.on('end', () => {
-        res.end();
+        if (held) {
+          const reply = strippedJson(Buffer.concat(held), strip!);
+          res.writeHead(status, { ...responseHeaders, 'content-length': reply.length });
+          res.end(reply);
+        } else res.end(rewriter?.end());
         settle({
           kind: 'answered',
           status,
@@ -209,4 +228,16 @@ function attempt(
     });
     upstreamReq.end(body);
   });
+}
+
+/** A JSON reply without what the gateway added; a body that is not a JSON object passes as it came. */
+function strippedJson(body: Buffer, strip: ReplyFilter): Buffer {
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch {
+    return body;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return body;
+  return Buffer.from(JSON.stringify(strip(value as Record<string, unknown>)));
 }

@@ -24,6 +24,9 @@ import { dialectOf } from './dialects';
 import type { ApiErrorType } from './errors';
 import type { CallLimitsOptions } from './call-limits';
 import { CallLimits } from './call-limits';
+import type { ShapedCall, TrainingOptions } from './call-additions';
+import { replyFilter, shapeCall, trainingFields } from './call-additions';
+import type { Forwarded } from './forward';
 import { forward } from './forward';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from './records';
@@ -32,8 +35,10 @@ import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
 import type { Spend, TrialLimits } from './spend';
 import { addCallSpend, copySpend, emptySpend, limitReached } from './spend';
 import { UpstreamAgents } from './upstream-agents';
-import type { GatewayAccess, Upstreams } from './upstreams';
-import { HOP_BY_HOP, credentialOf, parseJson, readBody, reply } from './wire';
+import type { ReplicaPool } from './replicas';
+import { ReplicaPools, StickyReplica } from './replicas';
+import type { GatewayAccess, Upstream, Upstreams } from './upstreams';
+import { HOP_BY_HOP, credentialOf, parseJson, readBody, reply, upstreamTarget } from './wire';
 
 const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
 
@@ -43,7 +48,7 @@ export interface ApiFailure {
   message: string;
 }
 
-export interface TrialSessionOptions {
+export interface TrialSessionOptions extends TrainingOptions {
   trialId: string;
   /** The trial's `agent/` folder on this host: llm-calls.jsonl goes there. */
   agentDir: string;
@@ -66,6 +71,8 @@ export class TrialSession implements SpendSource {
   private ended = false;
   private readonly jobBudget: JobBudget | null;
   readonly sessionId = randomBytes(12).toString('hex');
+  /** The replica this trial's OpenAI calls go to (job.yaml `replicas`), or null. */
+  readonly replicas: StickyReplica | null;
   private readonly totals: Usage & { calls: number } = {
     input_tokens: 0,
     output_tokens: 0,
@@ -84,6 +91,9 @@ export class TrialSession implements SpendSource {
     const hash = createHash('sha256').update(options.trialId).digest('hex').slice(0, 8);
     this.pathId = `${options.trialId.replace(/[^A-Za-z0-9._-]+/g, '-').slice(-60)}-${hash}`;
     this.jobBudget = options.budget ? gateway.budgetOf(options.budget.jobName) : null;
+    this.replicas = options.replicas?.length
+      ? new StickyReplica(gateway.replicaPool(options.replicas), options.note ?? (() => undefined))
+      : null;
   }
 
   get agentName(): string {
@@ -166,6 +176,7 @@ export class TrialSession implements SpendSource {
   /** Ends the token's validity; resolves once every record is on disk. */
   async close(): Promise<void> {
     this.gateway.forget(this);
+    if (!this.ended) this.replicas?.release();
     this.ended = true;
     if (this.jobBudget) {
       this.jobBudget.changed(this);
@@ -193,6 +204,7 @@ export class ModelGateway {
   private readonly agents = new UpstreamAgents();
   private readonly callLimits: CallLimits;
   private readonly budgets = new Map<string, JobBudget>();
+  private readonly replicaPools = new ReplicaPools();
   private readonly maxWaitMs: number;
 
   constructor(private readonly options: ModelGatewayOptions = {}) {
@@ -234,6 +246,10 @@ export class ModelGateway {
     let budget = this.budgets.get(jobName);
     if (!budget) this.budgets.set(jobName, (budget = new JobBudget(ledgers, jobName)));
     return budget;
+  }
+
+  replicaPool(replicas: string[]): ReplicaPool {
+    return this.replicaPools.of(replicas);
   }
 
   forget(session: TrialSession): void {
@@ -287,29 +303,31 @@ export class ModelGateway {
     }
     const rest = match[3] ?? '/';
     const dialect = dialectOf(vendor, rest);
-    const requestBody = await readBody(req);
-    const body = parseJson(requestBody);
-    const upstream = session.options.upstreams[vendor];
-    const target = new URL(upstream.baseUrl + rest);
-    for (const [key, value] of url.searchParams) if (key !== 'key') target.searchParams.append(key, value);
+    const received = await readBody(req);
+    const agentBody = parseJson(received);
+    const kind = dialect?.match(rest) ?? 'other';
+    // job.yaml `tokens` and `sampling`: the call as the upstream gets it (./call-additions).
+    const shaped: ShapedCall | null =
+      kind === 'generate' && dialect && agentBody && session.options.shaping
+        ? shapeCall(dialect, agentBody, session.options.shaping)
+        : null;
+    const body = shaped?.body ?? agentBody;
+    const requestBody = shaped ? Buffer.from(JSON.stringify(shaped.body)) : received;
     const headers: http.OutgoingHttpHeaders = {};
     for (const [key, value] of Object.entries(req.headers)) {
       if (!HOP_BY_HOP.has(key) && key !== 'authorization' && key !== 'x-api-key' && key !== 'x-goog-api-key')
         headers[key] = value;
     }
-    if (upstream.apiKey !== null) {
-      // The real key goes where the client put the token, so each SDK's own auth scheme is kept.
-      if (credential.where === 'query') target.searchParams.set('key', upstream.apiKey);
-      else if (credential.where === 'authorization') headers.authorization = `Bearer ${upstream.apiKey}`;
-      else headers[credential.where] = upstream.apiKey;
-    }
     headers['content-length'] = String(requestBody.length);
+    // Prefix-cache affinity for inference servers and their routers (SkyRL's convention): one id per trial.
+    headers['x-session-id'] = session.options.trialId;
 
     const started = Date.now();
     const seq = session.nextSeq();
-    const kind = dialect?.match(rest) ?? 'other';
     const model = dialect?.model(body ?? {}, rest) ?? null;
     const stream = dialect ? dialect.stream(body ?? {}, rest, url.searchParams) : false;
+    // Read while the call runs (no added latency): the job's policy version when the call started, or later.
+    const policyVersion = kind === 'generate' ? session.options.policyVersion?.().catch(() => null) : undefined;
     const record = (ended: Pick<LlmCallRecord, 'status' | 'response' | 'usage' | 'error'> & Partial<LlmCallRecord>) =>
       session.record({
         seq,
@@ -342,24 +360,37 @@ export class ModelGateway {
     }
     const rules = kind === 'generate' ? this.callLimits.rulesOf(session.options.rateLimits ?? [], vendor, model) : [];
     const rateLimitWaitMs = await this.callLimits.sharedLeases(rules, requestBody, res);
-    const forwarded = await forward(
-      { req, res, target, headers, body: requestBody, dialect },
-      {
-        agents: this.agents,
-        limit: this.callLimits.limitOf(target, rules),
-        owner: session.pathId,
-        maxWaitMs: this.maxWaitMs,
-      }
-    );
-    const { status, response } = forwarded;
+    const filter = dialect && shaped ? replyFilter(dialect, shaped.added) : null;
+    const send = (upstream: Upstream, lastTry: boolean) => {
+      const { target, headers: keyed } = upstreamTarget(upstream, rest, url.searchParams, headers, credential);
+      return forward(
+        { req, res, target, headers: keyed, body: requestBody, dialect, filter, replyUnreachable: lastTry },
+        {
+          agents: this.agents,
+          limit: this.callLimits.limitOf(target, rules),
+          owner: session.pathId,
+          maxWaitMs: this.maxWaitMs,
+        }
+      );
+    };
+    const sticky = vendor === 'openai' ? session.replicas : null;
+    const forwarded: Forwarded & { replica?: string } = await (sticky
+      ? sticky.forward(res, (replica, lastTry) =>
+          send({ ...session.options.upstreams.openai, baseUrl: replica }, lastTry)
+        )
+      : send(session.options.upstreams[vendor], true));
+    const { status, response, attempts } = forwarded;
+    const ok = dialect && status > 0 && status < 400 && response !== null;
     record({
       status,
       response,
-      usage: dialect && status > 0 && status < 400 && response !== null ? dialect.usage(response) : null,
+      usage: ok ? dialect.usage(response) : null,
       error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
-      attempts: forwarded.attempts,
+      attempts,
       waited_ms: forwarded.waitedMs + rateLimitWaitMs,
       ...(rules.length > 0 ? { rate_limit_wait_ms: rateLimitWaitMs } : {}),
+      ...trainingFields(shaped, ok ? (dialect.tokens?.(response) ?? null) : null, await policyVersion),
+      ...(forwarded.replica ? { replica: forwarded.replica } : {}),
     });
   }
 }

@@ -35,6 +35,20 @@ export interface LlmCallRecord {
   rate_limit_wait_ms?: number;
   /** The gateway refused the call (never sent upstream): the trial's `limits` or the job's `budget` was reached. */
   refused?: 'trial_limit' | 'job_budget';
+  /** Request parameters the gateway added (job.yaml `tokens`); their fields were stripped from the agent's reply. */
+  added?: string[];
+  /** job.yaml `sampling` as enforced on this call, and what the agent had sent for each (null: nothing). */
+  sampling?: { enforced: Record<string, number | string | boolean>; agent: Record<string, unknown> };
+  /** With job.yaml `tokens: true`, as the server returned them: the prompt's token ids exactly as the model saw them. */
+  prompt_token_ids?: number[];
+  /** The ids the model sampled for this call. */
+  completion_token_ids?: number[];
+  /** One logprob per sampled id (the sampling policy's). */
+  logprobs?: number[];
+  /** The job's policy version when the call started (job.yaml `policy_version`, `rollout ctl <job> policy-version`). */
+  policy_version?: number;
+  /** The replica (job.yaml `replicas`) that answered. */
+  replica?: string;
 }
 
 /** One request upstream within a call. */

@@ -55,3 +55,52 @@ export function jsonPayloads(events: SseEvent[]): Record<string, unknown>[] {
   }
   return out;
 }
+
+/**
+ * Rewrites each event's JSON `data` as a stream passes through (events are held only until their blank line); lines
+ * that are not JSON data (comments, `[DONE]`, event names) pass unchanged.
+ */
+export class SseRewriter {
+  private readonly decoder = new StringDecoder('utf8');
+  private buffer = '';
+
+  constructor(private readonly rewrite: (payload: Record<string, unknown>) => Record<string, unknown>) {}
+
+  /** The complete events of the text so far, rewritten. */
+  push(chunk: Buffer): string {
+    this.buffer += this.decoder.write(chunk);
+    let out = '';
+    let end: RegExpExecArray | null;
+    while ((end = /\r?\n\r?\n/.exec(this.buffer))) {
+      out += this.block(this.buffer.slice(0, end.index)) + end[0];
+      this.buffer = this.buffer.slice(end.index + end[0].length);
+    }
+    return out;
+  }
+
+  /** What is left at the end of the stream (a last event without its blank line). */
+  end(): string {
+    this.buffer += this.decoder.end();
+    const rest = this.buffer ? this.block(this.buffer) : '';
+    this.buffer = '';
+    return rest;
+  }
+
+  private block(block: string): string {
+    return block
+      .split(/(\r?\n)/)
+      .map((line) => {
+        if (!line.startsWith('data:')) return line;
+        const data = line.slice(5).replace(/^ /, '');
+        let value: unknown;
+        try {
+          value = JSON.parse(data);
+        } catch {
+          return line;
+        }
+        if (value === null || typeof value !== 'object' || Array.isArray(value)) return line;
+        return `data: ${JSON.stringify(this.rewrite(value as Record<string, unknown>))}`;
+      })
+      .join('');
+  }
+}

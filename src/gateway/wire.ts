@@ -32,6 +32,25 @@ export function credentialOf(req: http.IncomingMessage, url: URL): { value: stri
   return key ? { value: key, where: 'query' } : null;
 }
 
+/** Where a call goes upstream, with the real key where the client put the token (each SDK's own auth scheme kept). */
+export function upstreamTarget(
+  upstream: { baseUrl: string; apiKey: string | null },
+  rest: string,
+  query: URLSearchParams,
+  headers: http.OutgoingHttpHeaders,
+  credential: { where: CredentialPlace }
+): { target: URL; headers: http.OutgoingHttpHeaders } {
+  const target = new URL(upstream.baseUrl + rest);
+  for (const [key, value] of query) if (key !== 'key') target.searchParams.append(key, value);
+  const keyed = { ...headers };
+  if (upstream.apiKey !== null) {
+    if (credential.where === 'query') target.searchParams.set('key', upstream.apiKey);
+    else if (credential.where === 'authorization') keyed.authorization = `Bearer ${upstream.apiKey}`;
+    else keyed[credential.where] = upstream.apiKey;
+  }
+  return { target, headers: keyed };
+}
+
 /** An error in the shape the vendor's SDK expects, so the agent reports it sensibly. */
 export function reply(res: http.ServerResponse, status: number, message: string, vendor?: Vendor): void {
   const body =

@@ -1,3 +1,4 @@
+import { isFolderName } from '../files/inside';
 import { jobStore } from '../storage/job-folder';
 import type { PlannedTrial } from './plan';
 
@@ -22,7 +23,11 @@ export async function readPlanPage(jobDir: string, offset: number, limit: number
   if (!cached || cached.jobDir !== jobDir || cached.version !== file.version) {
     const text = (await store.read(PLAN_FILE))?.toString('utf8') ?? '';
     const lines = text.split('\n').filter((line) => line.length > 0);
-    cached = { jobDir, version: file.version, trials: lines.map((line) => JSON.parse(line) as PlannedTrial) };
+    const trials = lines.map((line) => JSON.parse(line) as PlannedTrial);
+    // Trial names become folders on every worker: a plan whose names are not folder names was not written by Rollout.
+    const bad = trials.findIndex((trial) => !isFolderName(trial?.spec?.trialName));
+    if (bad !== -1) throw new Error(`${jobDir}/${PLAN_FILE}: line ${bad + 1}: spec.trialName is not a folder name`);
+    cached = { jobDir, version: file.version, trials };
   }
   return cached.trials.slice(offset, offset + limit);
 }

@@ -110,6 +110,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
             ...(job.budget ? { budgeted: true } : {}),
+            ...(job.policy_version !== undefined || agent.tokens ? { policyVersion: job.policy_version ?? null } : {}),
             retry: job.retry
               ? {
                   errorTypes: job.retry.error_types,
@@ -203,8 +204,8 @@ export function sanitize(name: string): string {
  * and holds no `~`, unlike every replaced one.
  */
 export function uniqueFolderName(name: string): string {
-  // A leading "." would make `.`, `..` (a folder above) or a hidden folder.
-  const safe = sanitize(name).replace(/^\./, '_');
+  // A leading "." would make `.`, `..` (a folder above) or a hidden folder; a leading "-" reads as an option.
+  const safe = sanitize(name).replace(/^[.-]/, '_');
   if (safe === name) return name;
   return `${safe}~${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
 }

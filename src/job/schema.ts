@@ -75,6 +75,21 @@ const LimitsSchema = z
     'limits set cost_usd, tokens or llm_calls'
   );
 
+/** An agent's `sampling`: the usual names of OpenAI-style servers (vLLM and SGLang take them all). */
+const SamplingSchema = z
+  .strictObject({
+    temperature: z.number().nonnegative().optional(),
+    top_p: z.number().gt(0).max(1).optional(),
+    top_k: z.number().int().optional(),
+    min_p: z.number().min(0).max(1).optional(),
+    max_tokens: z.number().int().positive().optional(),
+    seed: z.number().int().optional(),
+    presence_penalty: z.number().optional(),
+    frequency_penalty: z.number().optional(),
+    repetition_penalty: z.number().positive().optional(),
+  })
+  .refine((s) => Object.keys(s).length > 0, 'sampling sets at least one parameter');
+
 /** "0" means "not set" for the spec's override and ceiling keys. */
 const optionalSeconds = z.number().nonnegative().default(0);
 
@@ -105,6 +120,18 @@ export const AgentSchema = z
     gateway: z.boolean().optional(),
     /** Caps on each trial's model calls through the gateway (docs/budgets.md). */
     limits: LimitsSchema.optional(),
+    /**
+     * Ask the upstream (an inference server: vLLM, SGLang) for token ids and logprobs on every call and record them,
+     * for `rollout export --format rl` (docs/rl.md). Preflight checks the upstream returns them.
+     */
+    tokens: z.boolean().optional(),
+    /** Sampling parameters set on every model call, whatever the agent sends (on-policy sampling; recorded). */
+    sampling: SamplingSchema.optional(),
+    /** OpenAI-style base URLs of inference servers of the same model: each trial's calls all go to one of them. */
+    replicas: z
+      .array(z.url({ protocol: /^https?$/ }))
+      .min(1)
+      .optional(),
   })
   .superRefine((agent, ctx) => {
     const scripted = agent.install !== undefined || agent.execute !== undefined;
@@ -121,12 +148,21 @@ export const AgentSchema = z
     }
     // Limits are counted by the model gateway: an agent off it makes calls nobody counts.
     const onGateway = agent.gateway ?? (kind !== ORACLE_AGENT && BUILTIN_AGENTS.some((a) => a.name === kind));
-    if (agent.limits !== undefined && !onGateway)
+    for (const key of ['limits', 'sampling', 'replicas'] as const) {
+      if (agent[key] !== undefined && !onGateway)
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message:
+            kind === ORACLE_AGENT ? 'the oracle makes no model calls' : `${key} need the model gateway (gateway: true)`,
+        });
+    }
+    if (agent.tokens && !onGateway)
       ctx.addIssue({
         code: 'custom',
-        path: ['limits'],
+        path: ['tokens'],
         message:
-          kind === ORACLE_AGENT ? 'the oracle makes no model calls' : 'limits need the model gateway (gateway: true)',
+          kind === ORACLE_AGENT ? 'the oracle makes no model calls' : 'tokens need the model gateway (gateway: true)',
       });
     if (kind === ORACLE_AGENT) {
       for (const key of ['install', 'execute', 'version', 'kwargs'] as const) {
@@ -328,6 +364,8 @@ export const JobConfigSchema = z
     /** Limits on model calls through the gateway, shared by every worker of the deployment (docs/agents.md). */
     rate_limits: z.array(RateLimitSchema).default([]),
     budget: BudgetSchema.optional(),
+    /** The policy (model weights) version stamped on each model call; `rollout ctl <job> policy-version N` changes it. */
+    policy_version: z.number().int().nonnegative().optional(),
     agents: z.array(AgentSchema).min(1, 'at least one agent is required'),
     datasets: z.array(DatasetSchema).min(1, 'at least one dataset is required'),
     services: z.array(ServiceSchema).default([]),

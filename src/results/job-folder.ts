@@ -2,6 +2,8 @@ import { readFileSync, statSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 
 import { ifPresent } from '../files/absent';
+import { childFolder } from '../files/inside';
+import { log } from '../log';
 import type { PlannedTrial } from '../job/plan';
 import { jobFiles } from './files';
 import type { TrialResult } from './trial-result';
@@ -37,17 +39,19 @@ export async function readJobTrials(jobDir: string): Promise<JobTrial[]> {
   const planned = await readPlan(jobDir);
   let trials: JobTrial[];
   if (planned) {
-    trials = planned.map(({ spec }) => ({
-      trialName: spec.trialName,
-      taskName: spec.taskName,
-      agentName: spec.agentName,
-      datasetName: spec.datasetName,
-      attempt: spec.attempt,
-      result: readTrialResult(jobDir, spec.trialName),
-    }));
+    trials = planned
+      .filter(({ spec }) => isTrialOf(jobDir, spec.trialName, 'plan.jsonl'))
+      .map(({ spec }) => ({
+        trialName: spec.trialName,
+        taskName: spec.taskName,
+        agentName: spec.agentName,
+        datasetName: spec.datasetName,
+        attempt: spec.attempt,
+        result: readTrialResult(jobDir, spec.trialName),
+      }));
   } else {
     trials = (await trialFolders(jobDir)).flatMap((name) => {
-      const result = readTrialResult(jobDir, name);
+      const result = isTrialOf(jobDir, name, 'its folder') ? readTrialResult(jobDir, name) : null;
       return result
         ? [
             {
@@ -73,7 +77,30 @@ function fingerprint(jobDir: string): string | undefined {
   return `${plan?.mtimeMs ?? 0}:${result.mtimeMs}:${result.size}`;
 }
 
-/** One trial's result.json, or null while it has none (or it is unreadable). */
+const refused = new Set<string>();
+
+/** Says once per job folder and name why a trial is left out (readers read the same folders again and again). */
+function refuse(jobDir: string, name: unknown, why: string): false {
+  const key = `${jobDir}\u0000${String(name)}`;
+  if (!refused.has(key)) {
+    refused.add(key);
+    log.warn(`${jobDir}: trial ${JSON.stringify(name)} left out: ${why}`);
+  }
+  return false;
+}
+
+/**
+ * Whether `name` (from plan.jsonl or a folder's name) can be a trial of the job: a folder name (src/files/inside.ts)
+ * inside the job folder. A job folder may come from anyone (a shared bucket, a CI artifact): its names become paths.
+ */
+function isTrialOf(jobDir: string, name: unknown, source: string): boolean {
+  return childFolder(jobDir, name) !== undefined || refuse(jobDir, name, `the name in ${source} is not a folder name`);
+}
+
+/**
+ * One trial's result.json, or null while it has none (or it is unreadable, or it names another trial than the folder
+ * it was read from: a result copied or forged into another trial's folder).
+ */
 function readTrialResult(jobDir: string, trialName: string): TrialResult | null {
   const file = jobFiles.trialResult(jobDir, trialName);
   const mtimeMs = statSync(file, { throwIfNoEntry: false })?.mtimeMs;
@@ -83,6 +110,10 @@ function readTrialResult(jobDir: string, trialName: string): TrialResult | null 
   let result: TrialResult | null = null;
   try {
     result = JSON.parse(readFileSync(file, 'utf8')) as TrialResult;
+    if (result?.trial_name !== trialName) {
+      refuse(jobDir, trialName, `its result.json names trial ${JSON.stringify(result?.trial_name)}`);
+      result = null;
+    }
   } catch {
     // Unreadable: shown as not finished until it is rewritten (writes are atomic, so this is rare).
   }

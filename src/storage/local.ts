@@ -6,6 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { createWriteStream } from 'node:fs';
 
 import { ifPresent } from '../files/absent';
+import { keyPath } from '../files/inside';
 import { writeFileAtomic } from '../results/files';
 import type { Store, StoredFile } from './contract';
 import { temporarySibling } from './temporary';
@@ -13,15 +14,16 @@ import { temporarySibling } from './temporary';
 export class LocalStore implements Store {
   constructor(readonly root: string) {}
 
+  /** A key's file: never outside the root (keyPath refuses `..`, empty segments, backslashes). */
   private file(key: string): string {
-    return path.join(this.root, ...key.split('/'));
+    return keyPath(this.root, key);
   }
 
-  read(key: string): Promise<Buffer | undefined> {
+  async read(key: string): Promise<Buffer | undefined> {
     return ifPresent(readFile(this.file(key)));
   }
 
-  write(key: string, body: string | Buffer): Promise<void> {
+  async write(key: string, body: string | Buffer): Promise<void> {
     return writeFileAtomic(this.file(key), body);
   }
 

@@ -3,8 +3,8 @@
  * of an s3:// job read). Only complete trial folders travel: a trial folder counts once its result.json is there
  * (src/storage/trial-folder.ts), so nothing half-written is ever copied, and result.json is put last.
  */
-import path from 'node:path';
-
+import { keyPath } from '../files/inside';
+import { safeKeys } from './safe-keys';
 import { readStoredJson, writeStoredJson } from './store';
 import type { Store, StoredFile } from './store';
 import { openStore } from './store';
@@ -61,13 +61,13 @@ export interface CopyReport {
 export async function pullFromStore(url: string, dir: string, selection: CopySelection = 'all'): Promise<CopyReport> {
   const [source, target] = await Promise.all([openStore(url), openStore(dir)]);
   const index = (await readStoredJson<Record<string, string>>(target, INDEX_FILE)) ?? {};
-  const wanted = completeFiles(await source.list(''), selection);
+  const wanted = safeKeys(url, completeFiles(await source.list(''), selection));
   const report: CopyReport = { files: 0, bytes: 0, unchanged: 0 };
   const changed = wanted.filter((file) => index[file.key] !== file.version);
   report.unchanged = wanted.length - changed.length;
   const [files, commits] = commitOrder(changed);
   const fetch = async (file: StoredFile) => {
-    if (await source.download(file.key, path.join(dir, ...file.key.split('/')))) {
+    if (await source.download(file.key, keyPath(dir, file.key))) {
       index[file.key] = file.version;
       report.files += 1;
       report.bytes += file.size;
@@ -90,7 +90,7 @@ export async function pushToStore(dir: string, url: string): Promise<CopyReport>
   const report: CopyReport = { files: 0, bytes: 0, unchanged: 0 };
   const [files, commits] = commitOrder(wanted);
   const send = (store: Store) => async (file: StoredFile) => {
-    await store.upload(file.key, path.join(dir, ...file.key.split('/')));
+    await store.upload(file.key, keyPath(dir, file.key));
     report.files += 1;
     report.bytes += file.size;
   };

@@ -7,8 +7,10 @@ import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 
 import { ifPresent, isDirectory } from '../files/absent';
+import { childFolder, keyPath } from '../files/inside';
 import { isStoreUrl } from './location';
 import { jobStore } from './job-folder';
+import { safeKeys } from './safe-keys';
 import { workingJobDir } from './working-dir';
 
 const COMMIT_FILE = 'result.json';
@@ -22,6 +24,14 @@ export async function filesUnder(dir: string): Promise<string[]> {
     .filter((entry) => entry.isFile() && !entry.name.endsWith('.tmp'))
     .map((entry) => path.relative(dir, path.join(entry.parentPath, entry.name)).split(path.sep).join('/'))
     .sort();
+}
+
+/** This host's folder of a trial; a name that is not a folder name (from a tampered plan) is refused. */
+function localTrialDir(jobDir: string, trialName: string): string {
+  const dir = childFolder(workingJobDir(jobDir), trialName);
+  if (dir === undefined)
+    throw new Error(`${jobDir}: trial name ${JSON.stringify(trialName)} refused: not a folder name`);
+  return dir;
 }
 
 /** Runs `work` over `items`, `limit` at a time. */
@@ -43,7 +53,7 @@ const uploadedHere = new Set<string>();
 
 export async function uploadTrialFolder(jobDir: string, trialName: string): Promise<{ files: number }> {
   const store = await jobStore(jobDir);
-  const local = path.join(workingJobDir(jobDir), trialName);
+  const local = localTrialDir(jobDir, trialName);
   const files = (await filesUnder(local)).filter((file) => file !== COMMIT_FILE);
   await store.remove([`${trialName}/${COMMIT_FILE}`]);
   await eachLimited(files, UPLOADS_IN_FLIGHT, (file) => store.upload(`${trialName}/${file}`, path.join(local, file)));
@@ -59,13 +69,13 @@ export async function uploadTrialFolder(jobDir: string, trialName: string): Prom
  * into this host's working folder, so its result is written over the same files.
  */
 export async function restoreTrialFolder(jobDir: string, trialName: string): Promise<void> {
-  const local = path.join(workingJobDir(jobDir), trialName);
+  const local = localTrialDir(jobDir, trialName);
   if (!isStoreUrl(jobDir) || (await isDirectory(local))) return;
   const store = await jobStore(jobDir);
   uploadedHere.add(local);
-  const stored = await store.list(`${trialName}/`);
+  const stored = safeKeys(jobDir, await store.list(`${trialName}/`));
   await eachLimited(stored, UPLOADS_IN_FLIGHT, async (entry) => {
-    await store.download(entry.key, path.join(workingJobDir(jobDir), ...entry.key.split('/')));
+    await store.download(entry.key, keyPath(local, entry.key.slice(trialName.length + 1)));
   });
 }
 
@@ -76,7 +86,7 @@ export async function restoreTrialFolder(jobDir: string, trialName: string): Pro
  */
 export async function commitTrialFolder(jobDir: string, trialName: string, changed: string[]): Promise<void> {
   const store = await jobStore(jobDir);
-  const local = path.join(workingJobDir(jobDir), trialName);
+  const local = localTrialDir(jobDir, trialName);
   if (uploadedHere.has(local)) {
     const present = new Set(await filesUnder(local));
     const files = changed.filter((file) => present.has(file) && file !== COMMIT_FILE);

@@ -81,6 +81,11 @@ export interface TrialSpec {
   rateLimits?: RateLimitRule[];
   /** The job has a job.yaml `budget`: the gateway checks each call against its ledger and reports the spend. */
   budgeted?: boolean;
+  /**
+   * Model calls are stamped with the job's policy version (job.yaml `policy_version`, or an agent with `tokens`): its
+   * value when planned (null: none yet); the gateway reads the current one from the Job workflow (docs/rl.md).
+   */
+  policyVersion?: number | null;
   /** job.yaml `retry`: task errors that run the trial again (absent in specs planned before it existed). */
   retry?: RetryPolicy | null;
   /**

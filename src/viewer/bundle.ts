@@ -3,12 +3,17 @@
  * every job with all its trials, every trial with its files, and a comparison of every pair of agents in a job.
  * Relative links throughout, so the folder works from anywhere, as a CI artifact too.
  */
-import { cp, mkdir, writeFile } from 'node:fs/promises';
+import { createWriteStream } from 'node:fs';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
 
+import { isPathSegment } from '../files/inside';
+import { openRegularFile } from '../files/no-follow';
+import { log } from '../log';
 import { readTrialRows } from './data';
 import type { LinkContext } from './html';
-import { ASSET_NAMES, Site, readAsset, temporalUi } from './site';
+import { ASSET_NAMES, Site, readAsset, temporalUi, trialFolder } from './site';
 
 function bundleContext(depth: number): LinkContext {
   const ui = temporalUi();
@@ -17,12 +22,36 @@ function bundleContext(depth: number): LinkContext {
   return {
     // Filters and pages need the server; a bundle's job page lists every trial (tables still sort).
     href: (segments) => `${up}${encode(segments)}${segments.length ? '/' : ''}index.html`,
-    file: (segments) => up + encode(segments),
+    // Raw files end in .txt (copyRawFiles): hosted, an agent's x.html or x.svg is text, never a page of the site.
+    file: (segments) => `${up}${encode(segments)}${RAW_SUFFIX}`,
     asset: (name) => `${up}assets/${name}`,
     live: false,
     temporalUiUrl: ui.url,
     temporalNamespace: ui.namespace,
   };
+}
+
+/** Appended to every file an agent or a task wrote, so a hosted bundle serves none of them as a page or a script. */
+const RAW_SUFFIX = '.txt';
+
+/**
+ * The regular files under `from`, copied to `to` with RAW_SUFFIX appended: links (which could lead anywhere on this
+ * machine), FIFOs and devices are left out, and nothing is followed.
+ */
+async function copyRawFiles(from: string, to: string): Promise<void> {
+  const entries = await readdir(from, { withFileTypes: true }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return [];
+    throw err;
+  });
+  for (const entry of entries) {
+    const source = path.join(from, entry.name);
+    if (entry.isDirectory()) await copyRawFiles(source, path.join(to, entry.name));
+    if (!entry.isFile()) continue;
+    const opened = await openRegularFile(source);
+    if (!opened) continue;
+    await mkdir(to, { recursive: true });
+    await pipeline(opened.handle.createReadStream(), createWriteStream(path.join(to, entry.name + RAW_SUFFIX)));
+  }
 }
 
 export async function writeBundle(root: string, out: string): Promise<{ pages: number }> {
@@ -39,6 +68,11 @@ export async function writeBundle(root: string, out: string): Promise<{ pages: n
 
   await write([], await site.jobs(bundleContext(0)));
   for (const [job, dir] of await site.jobDirs()) {
+    // Names become folders of the bundle: a job folder's own names may come from anyone.
+    if (!isPathSegment(job)) {
+      log.warn(`${dir}: left out of the bundle (its name cannot be a folder name)`);
+      continue;
+    }
     await write(['jobs', job], await site.job(bundleContext(2), job));
     const rows = await readTrialRows(dir);
     for (const row of rows) {
@@ -46,14 +80,10 @@ export async function writeBundle(root: string, out: string): Promise<{ pages: n
         ['jobs', job, 'trials', row.trialName],
         await site.trial(bundleContext(4), job, row.trialName, [row])
       );
-      await cp(path.join(dir, row.trialName), path.join(out, 'jobs', job, 'trials', row.trialName, 'files'), {
-        recursive: true,
-        verbatimSymlinks: true,
-      }).catch((err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err;
-      });
+      const trialDir = await trialFolder(dir, row.trialName);
+      if (trialDir) await copyRawFiles(trialDir, path.join(out, 'jobs', job, 'trials', row.trialName, 'files'));
     }
-    const agents = [...new Set(rows.map((row) => row.agentName))].sort();
+    const agents = [...new Set(rows.map((row) => row.agentName))].filter(isPathSegment).sort();
     for (let i = 0; i < agents.length; i++)
       for (let j = i + 1; j < agents.length; j++) {
         const [a, b] = [agents[i]!, agents[j]!];

@@ -2,10 +2,11 @@
  * What the viewer reads from job folders, lazily (only the files a page needs) and again on every request, so pages
  * follow running jobs. Trial results are parsed once per change (src/results/job-folder.ts caches them by mtime).
  */
-import { open, readdir, readFile, stat } from 'node:fs/promises';
+import { lstat, readdir } from 'node:fs/promises';
 import path from 'node:path';
 
 import { ifPresent } from '../files/absent';
+import { readRegularHead } from '../files/no-follow';
 import { jobFiles, readJson } from '../results/files';
 import type { JobTrial } from '../results/job-folder';
 import { readJobTrials } from '../results/job-folder';
@@ -74,7 +75,7 @@ export async function findJobDirs(root: string): Promise<string[]> {
 }
 
 async function isJobDir(dir: string): Promise<boolean> {
-  return (await ifPresent(stat(jobFiles.config(dir))))?.isFile() ?? false;
+  return (await ifPresent(lstat(jobFiles.config(dir))))?.isFile() ?? false;
 }
 
 export async function readJobSummary(dir: string): Promise<JobSummary> {
@@ -281,19 +282,8 @@ export function usageByAgent(rows: readonly TrialRow[]): Map<string, UsageTotals
   return totals;
 }
 
-/** A file shown in part: its first `limit` bytes, and its size. */
-export async function readHead(file: string, limit: number): Promise<{ text: string; size: number } | undefined> {
-  const info = await ifPresent(stat(file));
-  if (!info?.isFile()) return undefined;
-  const handle = await open(file, 'r');
-  try {
-    const buffer = Buffer.alloc(Math.min(limit, info.size));
-    await handle.read(buffer, 0, buffer.length, 0);
-    return { text: buffer.toString('utf8'), size: info.size };
-  } finally {
-    await handle.close();
-  }
-}
+/** A file shown in part: its first `limit` bytes, and its size (a regular file only, never through a link). */
+export const readHead = readRegularHead;
 
 /** Files of a trial folder, relative paths, depth-first, without following links. */
 export async function trialFiles(trialDir: string): Promise<{ path: string; size: number }[]> {
@@ -303,13 +293,12 @@ export async function trialFiles(trialDir: string): Promise<{ path: string; size
     for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
       const child = relative ? `${relative}/${entry.name}` : entry.name;
       if (entry.isDirectory()) await walk(child);
-      else if (entry.isFile()) files.push({ path: child, size: (await stat(path.join(trialDir, child))).size });
+      else if (entry.isFile()) {
+        const info = await ifPresent(lstat(path.join(trialDir, child)));
+        if (info?.isFile()) files.push({ path: child, size: info.size });
+      }
     }
   };
   await walk('');
   return files;
-}
-
-export async function readText(file: string): Promise<string | undefined> {
-  return ifPresent(readFile(file, 'utf8'));
 }

@@ -21,12 +21,26 @@ export interface LinkContext {
   temporalNamespace: string;
 }
 
+/**
+ * Pages load only the viewer's own scripts and styles (a hosted bundle holds files an agent wrote: none may run as
+ * the site). Inline style attributes draw the charts' bars and colours.
+ */
+const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "form-action 'self'",
+  "base-uri 'none'",
+].join('; ');
+
 export function document(title: string, ctx: LinkContext, body: VNode, options: { refresh?: boolean } = {}): string {
   return `<!doctype html>\n${render(
     html`<html lang="en">
       <head>
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <meta http-equiv="Content-Security-Policy" content=${CONTENT_SECURITY_POLICY} />
         ${options.refresh && ctx.live ? html`<meta http-equiv="refresh" content="5" />` : null}
         <title>${title} · Rollout</title>
         <link rel="stylesheet" href=${ctx.asset('style.css')} />

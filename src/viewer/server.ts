@@ -1,10 +1,7 @@
 /** `rollout view`: a live web app over job folders (node's http server; pages rendered per request from disk). */
-import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-import { ifPresent } from '../files/absent';
 import type { TrialFilter } from './data';
 import type { LinkContext } from './html';
 import { NotFound, Site, readAsset, temporalUi } from './site';
@@ -57,14 +54,20 @@ export async function startViewServer(
 ): Promise<ViewServer> {
   const site = new Site(root);
   const ctx = liveContext();
+  const host = options.host ?? '127.0.0.1';
   const server = http.createServer((request, response) => {
+    const allowedHosts = loopbackHosts(host, (server.address() as AddressInfo).port);
+    if (allowedHosts && !allowedHosts.has((request.headers.host ?? '').toLowerCase())) {
+      // DNS rebinding: a web page's own host name, made to resolve to 127.0.0.1, reaches a loopback viewer.
+      response.writeHead(421, { 'content-type': 'text/plain; charset=utf-8' }).end('misdirected request\n');
+      return;
+    }
     handle(site, ctx, request, response).catch((err: unknown) => {
       const notFound = err instanceof NotFound;
       response.writeHead(notFound ? 404 : 500, { 'content-type': 'text/html; charset=utf-8' });
       response.end(site.notFound(ctx, err instanceof Error ? err.message : String(err)));
     });
   });
-  const host = options.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port ?? 0, host, resolve);
@@ -79,6 +82,17 @@ export async function startViewServer(
         server.closeAllConnections();
       }),
   };
+}
+
+/**
+ * The Host headers a viewer on loopback answers: its own address by number or as localhost. A viewer bound to
+ * another address (--host) is reachable by name from its network, and answers any.
+ */
+function loopbackHosts(host: string, port: number): Set<string> | undefined {
+  if (!['127.0.0.1', '::1', 'localhost'].includes(host) && !host.startsWith('127.')) return undefined;
+  const names = [host.includes(':') ? `[${host}]` : host, 'localhost', '127.0.0.1', '[::1]'];
+  // A Host header leaves port 80 out.
+  return new Set(names.flatMap((name) => (port === 80 ? [name, `${name}:80`] : [`${name}:${port}`])));
 }
 
 async function handle(site: Site, ctx: LinkContext, request: http.IncomingMessage, response: http.ServerResponse) {
@@ -117,15 +131,18 @@ async function handle(site: Site, ctx: LinkContext, request: http.IncomingMessag
     return page(await site.trial(ctx, job, trial));
   }
   if (first === 'jobs' && job && third === 'trials' && trial && fifth === 'files' && rest.length > 0) {
-    const file = await site.trialFile(job, trial, rest);
-    const info = await ifPresent(stat(file));
-    if (!info?.isFile()) throw new NotFound('no such file');
+    const { handle, size } = await site.openTrialFile(job, trial, rest);
     response.writeHead(200, {
       'content-type': 'application/octet-stream',
-      'content-length': info.size,
+      'content-length': size,
       'content-disposition': `attachment; filename="${encodeURIComponent(rest[rest.length - 1]!)}"`,
     });
-    createReadStream(file).pipe(response);
+    if (size === 0 || request.method === 'HEAD') {
+      await handle.close();
+      response.end();
+      return;
+    }
+    handle.createReadStream({ start: 0, end: size - 1 }).pipe(response);
     return;
   }
   if (first === 'compare' && segments.length === 1) {

@@ -2,8 +2,13 @@
  * The viewer's routes, shared by the live server and the static bundle: each takes a link context and returns a
  * page, reading only what that page needs from the job folders.
  */
-import { readFile } from 'node:fs/promises';
+import { lstat, readFile } from 'node:fs/promises';
 import path from 'node:path';
+
+import { ifPresent } from '../files/absent';
+import { childFolder } from '../files/inside';
+import type { FileHandle } from 'node:fs/promises';
+import { openRegularFile, pathThroughFolders, readRegularHead } from '../files/no-follow';
 
 import { devServerConfig } from '../temporal/dev-server';
 import type { JobSummary, TrialFilter, TrialRow } from './data';
@@ -13,7 +18,6 @@ import {
   findJobDirs,
   readHead,
   readJobSummary,
-  readText,
   readTrialRows,
   trialFiles,
   usageByAgent,
@@ -31,6 +35,38 @@ import { loadTemporalProfile } from '../temporal/envconfig';
 
 /** A file's first bytes shown on its trial page; the whole file is a download away. */
 const FILE_HEAD_BYTES = 64 * 1024;
+/**
+ * A trial page's bounds: the agent chooses how many files its trial holds (up to collect_max_files), so a page shows
+ * the heads of the first files only, at most this many bytes of them in all, and lists at most this many files.
+ */
+const PAGE_FILE_HEADS = 100;
+const PAGE_HEAD_BYTES = 2 * 2 ** 20;
+const PAGE_FILES_LISTED = 2000;
+/** A task's instruction shown on a trial page, at most. */
+const INSTRUCTION_BYTES = 256 * 1024;
+
+/**
+ * A trial's folder in a job folder: its name a folder name inside the job folder (src/files/inside.ts) and the
+ * folder itself a real folder, not a link (a job folder may come from anyone: a shared bucket, a CI artifact).
+ */
+export async function trialFolder(jobDir: string, trialName: string): Promise<string | undefined> {
+  const dir = childFolder(jobDir, trialName);
+  if (dir === undefined) return undefined;
+  return (await ifPresent(lstat(dir)))?.isDirectory() ? dir : undefined;
+}
+
+/**
+ * The instruction of the task a result names (`task_dir`), read only from what looks like a task folder: an
+ * absolute, normalized path holding task.toml, both files regular files, never through a link.
+ */
+async function taskInstruction(taskDir: unknown): Promise<string | undefined> {
+  if (typeof taskDir !== 'string' || !path.isAbsolute(taskDir) || taskDir.includes('\u0000')) return undefined;
+  if (path.normalize(taskDir).replace(/\/+$/, '') !== taskDir.replace(/\/+$/, '')) return undefined;
+  const toml = await openRegularFile(path.join(taskDir, 'task.toml'));
+  if (!toml) return undefined;
+  await toml.handle.close();
+  return (await readRegularHead(path.join(taskDir, 'instruction.md'), INSTRUCTION_BYTES))?.text;
+}
 
 export class NotFound extends Error {}
 
@@ -102,30 +138,51 @@ export class Site {
     const dir = await this.jobDir(jobName);
     const row = (rows ?? (await readTrialRows(dir))).find((r) => r.trialName === trialName);
     if (!row) throw new NotFound(`job "${jobName}" has no trial "${trialName}"`);
-    const trialDir = path.join(dir, trialName);
+    const trialDir = await trialFolder(dir, trialName);
+    const listed = trialDir ? await trialFiles(trialDir) : [];
     const files: ShownFile[] = [];
-    for (const file of await trialFiles(trialDir)) {
-      const head = await readHead(path.join(trialDir, file.path), FILE_HEAD_BYTES);
+    let headBytes = 0;
+    let heads = 0;
+    for (const file of listed.slice(0, PAGE_FILES_LISTED)) {
+      const room = Math.min(FILE_HEAD_BYTES, PAGE_HEAD_BYTES - headBytes);
+      const shown = heads < PAGE_FILE_HEADS && room > 0;
+      const head = shown ? await readHead(path.join(trialDir!, file.path), room) : undefined;
       const isText = head !== undefined && !head.text.includes('\u0000');
-      files.push({ ...file, head: isText ? head.text : undefined, truncated: isText && file.size > FILE_HEAD_BYTES });
+      if (isText) {
+        heads += 1;
+        headBytes += Buffer.byteLength(head.text);
+      }
+      files.push({
+        ...file,
+        head: isText ? head.text : undefined,
+        truncated: isText && file.size > room,
+        notShown: !shown,
+      });
     }
-    const taskDir = row.result?.task_dir;
     return trialPage(ctx, {
       jobName,
       row,
-      instruction: taskDir ? await readText(path.join(taskDir, 'instruction.md')) : undefined,
+      instruction: await taskInstruction(row.result?.task_dir),
       files,
-      trajectory: await readTrajectory(trialDir),
+      moreFiles: Math.max(0, listed.length - PAGE_FILES_LISTED),
+      trajectory: trialDir ? await readTrajectory(trialDir) : undefined,
     });
   }
 
-  /** A file inside a trial folder; never outside it. */
-  async trialFile(jobName: string, trialName: string, relative: string[]): Promise<string> {
-    const trialDir = path.join(await this.jobDir(jobName), trialName);
-    const file = path.resolve(trialDir, ...relative);
-    if (!file.startsWith(trialDir + path.sep) || trialName.includes('/') || trialName.startsWith('.'))
-      throw new NotFound('no such file');
-    return file;
+  /**
+   * A file inside a trial folder, opened for reading; never outside it: no `..`, no link on the way or at the end
+   * (O_NOFOLLOW), a regular file only. The caller closes the handle.
+   */
+  async openTrialFile(
+    jobName: string,
+    trialName: string,
+    relative: string[]
+  ): Promise<{ handle: FileHandle; size: number }> {
+    const trialDir = await trialFolder(await this.jobDir(jobName), trialName);
+    const file = trialDir ? await pathThroughFolders(trialDir, relative) : undefined;
+    const opened = file ? await openRegularFile(file) : undefined;
+    if (!opened) throw new NotFound('no such file');
+    return opened;
   }
 
   notFound(ctx: LinkContext, message: string): string {

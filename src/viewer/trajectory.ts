@@ -3,10 +3,9 @@
  * calls, observations and per-step token metrics) and `agent/llm-calls.jsonl` (one model call per line: timestamps,
  * dialect, model, request, response, status, latency, usage). Either is optional; unknown fields are ignored.
  */
-import { open, stat } from 'node:fs/promises';
 import path from 'node:path';
 
-import { ifPresent } from '../files/absent';
+import { readRegularHead } from '../files/no-follow';
 import type { VNode } from './html';
 import { fmt, html } from './html';
 
@@ -90,16 +89,8 @@ export async function readTrajectory(trialDir: string): Promise<Trajectory | und
 }
 
 async function readCapped(file: string): Promise<{ text: string; truncated: boolean } | undefined> {
-  const info = await ifPresent(stat(file));
-  if (!info?.isFile()) return undefined;
-  const handle = await open(file, 'r');
-  try {
-    const buffer = Buffer.alloc(Math.min(info.size, MAX_READ_BYTES));
-    await handle.read(buffer, 0, buffer.length, 0);
-    return { text: buffer.toString('utf8'), truncated: info.size > MAX_READ_BYTES };
-  } finally {
-    await handle.close();
-  }
+  const head = await readRegularHead(file, MAX_READ_BYTES);
+  return head && { text: head.text, truncated: head.size > MAX_READ_BYTES };
 }
 
 function text(value: unknown): string {

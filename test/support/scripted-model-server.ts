@@ -23,7 +23,8 @@
  * id) prints `{"url":…}` on its first stdout line and serves until killed.
  *
  * ## Endpoints (under `/s/<id>`, `?beta=true` and other query strings accepted)
- * - OpenAI Chat Completions: `POST /v1/chat/completions` (`stream: true` → SSE; `stream_options.include_usage` adds a
+ * - OpenAI Chat Completions: `POST /v1/chat/completions` (`stream: true` → SSE; `return_token_ids` / `logprobs` get
+ *   token ids and logprobs as vLLM returns them, see ./vllm-tokens.ts; `stream_options.include_usage` adds a
  *   usage chunk), `GET /v1/models`.
  * - Anthropic Messages: `POST /v1/messages` (`stream: true` → SSE), `POST /v1/messages/count_tokens`.
  * - OpenAI Responses: `POST /v1/responses` (`stream: true` → SSE, `type` in every payload); a WebSocket upgrade on
@@ -73,6 +74,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 
 import { z } from 'zod';
+
+import { withVllmTokens } from './vllm-tokens';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Scenario
@@ -140,6 +143,8 @@ export interface RecordedCall {
   fault: FaultKind | null;
   usage: Usage | null;
   credential: string | null;
+  /** The `X-Session-ID` header (prefix-cache affinity, as SkyRL sends it), or null. */
+  sessionHeader: string | null;
   requestBody: unknown;
   /** When the request arrived (ms since the epoch). */
   at: number;
@@ -853,6 +858,7 @@ export async function startScriptedModelServer(
       fault: null,
       usage: null,
       credential: credentialOf(req, url),
+      sessionHeader: typeof req.headers['x-session-id'] === 'string' ? req.headers['x-session-id'] : null,
       requestBody: text ? body : null,
       at: Date.now(),
     };
@@ -961,7 +967,7 @@ export async function startScriptedModelServer(
     if (dialect === 'openai-responses' && !side) session.responseTurns.set(responseId, parsed.turnIndex);
     const rendering =
       dialect === 'openai-chat'
-        ? chatAnswer(answer)
+        ? withVllmTokens(body, chatAnswer(answer))
         : dialect === 'anthropic'
           ? anthropicAnswer(answer)
           : dialect === 'openai-responses'

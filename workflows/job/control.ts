@@ -2,7 +2,7 @@
  * Live control of a running job (`rollout ctl`): the update's validator and effect, and where it shows. The state is
  * the job's (./state, carried across continue-as-new); the window (./dispatch) reads it at every start.
  */
-import { setCurrentDetails, setHandler, upsertMemo } from '@temporalio/workflow';
+import { setCurrentDetails, setHandler, upsertMemo, workflowInfo } from '@temporalio/workflow';
 
 import type { JobControl, JobControlState } from '../messages';
 import { jobControlUpdate } from '../messages';
@@ -21,6 +21,10 @@ export function jobControlProblem(control: JobControl): string | undefined {
       return Number.isInteger(control.value) && control.value >= 1 && control.value <= MAX_CONCURRENCY
         ? undefined
         : `concurrency must be a whole number from 1 to ${MAX_CONCURRENCY}, not ${String(control.value)}`;
+    case 'policy-version':
+      return Number.isSafeInteger(control.value) && control.value >= 0
+        ? undefined
+        : `policy-version must be a whole number from 0, not ${String(control.value)}`;
     default:
       return `unknown control ${JSON.stringify((control as { action?: unknown }).action)}`;
   }
@@ -37,6 +41,9 @@ function apply(state: JobControlState, control: JobControl): void {
     case 'concurrency':
       state.concurrency = control.value;
       return;
+    case 'policy-version':
+      state.policy_version = control.value;
+      return;
   }
 }
 
@@ -45,6 +52,9 @@ function apply(state: JobControlState, control: JobControl): void {
  * control's effect is in the state, which the window reads, so it needs no patch either.
  */
 export function handleJobControl(job: JobState): void {
+  // The gateway reads the policy version from the memo (no worker needed): there from the start when job.yaml sets it.
+  if (job.control.policy_version !== undefined && workflowInfo().memo?.control === undefined)
+    upsertMemo({ control: { ...job.control } });
   setHandler(
     jobControlUpdate,
     (control) => {

@@ -23,6 +23,8 @@ export interface JobInput {
   deleteImages: boolean;
   /** Finished trials whose error is one of these run again. */
   rerunErrorTypes: string[];
+  /** job.yaml `policy_version`: the first value of the control state's. */
+  policyVersion?: number;
   pageSize?: number;
   /** Continue-as-new once history passes this many events (Temporal's hard limit is 51,200). */
   maxHistoryEvents?: number;
@@ -95,7 +97,11 @@ export class JobState {
       continuedAsNew: 0,
       ...(input.budget ? { budgetExhausted: input.budget.exhausted } : {}),
     };
-    this.carry.control ??= { paused: false, concurrency: input.concurrency };
+    this.carry.control ??= {
+      paused: false,
+      concurrency: input.concurrency,
+      ...(input.policyVersion !== undefined ? { policy_version: input.policyVersion } : {}),
+    };
   }
 
   /** Live control's state (`rollout ctl`): the window reads it at every start. */

@@ -25,10 +25,15 @@ export const openAiChat: Dialect = {
     let usage: unknown = null;
     const calls: { id: string; type: string; function: { name: string; arguments: string } }[] = [];
     const logprobs: unknown[] = [];
+    // vLLM with return_token_ids: the prompt's ids in the first chunk, each chunk's delta ids on its choice.
+    let promptIds: unknown = undefined;
+    let tokenIds: number[] | null = null;
     for (const chunk of jsonPayloads(events)) {
       if (!base.id) base = { id: chunk.id, created: chunk.created, model: chunk.model };
       if (chunk.usage) usage = chunk.usage;
+      if (Array.isArray(chunk.prompt_token_ids) && promptIds === undefined) promptIds = chunk.prompt_token_ids;
       for (const choice of arr(chunk.choices)) {
+        if (Array.isArray(choice.token_ids)) (tokenIds ??= []).push(...(choice.token_ids as number[]));
         const delta = obj(choice.delta);
         content += str(delta.content);
         reasoning += str(delta.reasoning_content ?? delta.reasoning);
@@ -49,7 +54,14 @@ export const openAiChat: Dialect = {
     if (calls.length) message.tool_calls = calls.filter(Boolean);
     const choice: Json = { index: 0, message, finish_reason: finish };
     if (logprobs.length) choice.logprobs = { content: logprobs };
-    return { ...base, object: 'chat.completion', choices: [choice], usage };
+    if (tokenIds) choice.token_ids = tokenIds;
+    return {
+      ...base,
+      object: 'chat.completion',
+      choices: [choice],
+      usage,
+      ...(promptIds !== undefined ? { prompt_token_ids: promptIds } : {}),
+    };
   },
 
   usage(response) {
@@ -94,8 +106,40 @@ export const openAiChat: Dialect = {
   tokens(response) {
     const choice = arr(obj(response).choices)[0] ?? {};
     const logprobs = arr(obj(choice.logprobs).content).map((entry) => num(entry.logprob));
-    const ids = Array.isArray(choice.token_ids) ? (choice.token_ids as number[]) : undefined;
-    if (!logprobs.length && !ids) return null;
-    return { ...(ids ? { token_ids: ids } : {}), ...(logprobs.length ? { logprobs } : {}) };
+    const ids = idList(choice.token_ids);
+    // vLLM puts the prompt's ids on the response, SGLang on the choice.
+    const promptIds = idList(obj(response).prompt_token_ids) ?? idList(choice.prompt_token_ids);
+    if (!logprobs.length && !ids && !promptIds) return null;
+    return {
+      ...(promptIds ? { prompt_token_ids: promptIds } : {}),
+      ...(ids ? { token_ids: ids } : {}),
+      ...(logprobs.length ? { logprobs } : {}),
+    };
+  },
+
+  // vLLM (chat_completion/protocol.py) and SGLang (entrypoints/openai/protocol.py) both take these.
+  tokenParams: { return_token_ids: true, logprobs: true },
+
+  stripAdded(payload, added) {
+    const ids = added.includes('return_token_ids');
+    const logprobs = added.includes('logprobs');
+    const out: Json = { ...payload };
+    if (ids) delete out.prompt_token_ids;
+    if (Array.isArray(out.choices)) {
+      out.choices = arr(out.choices).map((choice) => {
+        const copy: Json = { ...choice };
+        if (ids) {
+          delete copy.token_ids;
+          delete copy.prompt_token_ids;
+        }
+        if (logprobs && 'logprobs' in copy) copy.logprobs = null;
+        return copy;
+      });
+    }
+    return out;
   },
 };
+
+function idList(value: unknown): number[] | undefined {
+  return Array.isArray(value) && value.every((v) => typeof v === 'number') ? value : undefined;
+}

@@ -16,6 +16,8 @@ export interface ShownFile {
   /** The first bytes, when the file is text. */
   head: string | undefined;
   truncated: boolean;
+  /** Past the page's bounds: listed, its head not shown. */
+  notShown: boolean;
 }
 
 export interface TrialPageData {
@@ -23,6 +25,8 @@ export interface TrialPageData {
   row: TrialRow;
   instruction: string | undefined;
   files: ShownFile[];
+  /** Files past the page's bounds, not listed. */
+  moreFiles: number;
   trajectory: Trajectory | undefined;
 }
 
@@ -147,9 +151,11 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
               >
             </summary>
             ${
-              file.head === undefined
-                ? html`<p class="muted">binary file</p>`
-                : html`<pre class="file">${file.head}</pre>`
+              file.notShown
+                ? html`<p class="muted">not shown here (this page shows the first files only): download it</p>`
+                : file.head === undefined
+                  ? html`<p class="muted">binary file</p>`
+                  : html`<pre class="file">${file.head}</pre>`
             }
             ${
               file.truncated
@@ -158,6 +164,7 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
             }
           </details>`
       )}
+      ${data.moreFiles > 0 ? html`<p class="muted">… and ${data.moreFiles} more files, not listed</p>` : null}
     </section>`
   );
 }

@@ -1,0 +1,90 @@
+/**
+ * What the gateway adds to a model call on the agent's behalf, and takes out of the reply again: job.yaml
+ * `tokens: true` (the upstream's own parameters for token ids and logprobs, e.g. vLLM's `return_token_ids` and
+ * `logprobs`) and `sampling` (parameters enforced on every call, whatever the agent sent). A field the gateway asked
+ * for and the agent did not is stripped from what the agent receives (JSON and each SSE event), so the agent sees
+ * what it would have seen; the record keeps the whole reply. Any other addition of the gateway's that needs a field
+ * stripped again (e.g. usage on every stream) is one more entry in `added`.
+ */
+import type { CallTokens, Dialect, Json } from './dialect';
+import type { LlmCallRecord } from './records';
+
+/** job.yaml `agents[].sampling`: parameter name to value, set on every generation call. */
+export type Sampling = Record<string, number | string | boolean>;
+
+export interface CallShaping {
+  tokens?: boolean;
+  sampling?: Sampling;
+}
+
+/** A trial's options for RL (docs/rl.md). */
+export interface TrainingOptions {
+  /** The agent's job.yaml `tokens` and `sampling`: added to each generation call. */
+  shaping?: CallShaping;
+  /** The agent's job.yaml `replicas`: OpenAI-style base URLs of one model; this trial's calls all go to one. */
+  replicas?: string[];
+  /** The job's policy version now (job.yaml `policy_version`, `rollout ctl <job> policy-version N`); stamped per call. */
+  policyVersion?: () => Promise<number | null>;
+  /** A line for the trial's log (a replica that died and the replica the trial moved to). */
+  note?: (line: string) => void;
+}
+
+/** A request as the gateway sends it upstream. */
+export interface ShapedCall {
+  body: Json;
+  /** Request fields the gateway set that the agent had not: their reply fields are stripped again. */
+  added: string[];
+  /** Sampling parameters the gateway set, with the agent's own value where it sent one (null: it sent none). */
+  sampling: { enforced: Sampling; agent: Record<string, unknown> } | null;
+}
+
+/** Adds the token parameters and the sampling to a generation request of a dialect that supports them. */
+export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping): ShapedCall | null {
+  const tokens = shaping.tokens === true && dialect.tokenParams !== undefined;
+  const sampling = shaping.sampling && Object.keys(shaping.sampling).length > 0 ? shaping.sampling : null;
+  if (!tokens && !sampling) return null;
+  const shaped: Json = { ...body };
+  const added: string[] = [];
+  if (tokens) {
+    for (const [key, value] of Object.entries(dialect.tokenParams!)) {
+      if (shaped[key] !== value) added.push(key);
+      shaped[key] = value;
+    }
+  }
+  let record: ShapedCall['sampling'] = null;
+  if (sampling) {
+    const agent: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(sampling)) {
+      // OpenAI's newer name for the cap wins upstream when both are sent: the enforced cap goes where the agent put it.
+      const target = key === 'max_tokens' && shaped.max_completion_tokens !== undefined ? 'max_completion_tokens' : key;
+      agent[target] = shaped[target] ?? null;
+      shaped[target] = value;
+    }
+    record = { enforced: { ...sampling }, agent };
+  }
+  return { body: shaped, added, sampling: record };
+}
+
+/** Takes the fields of `added` request parameters out of a reply (a whole response or one stream event's payload). */
+export type ReplyFilter = (payload: Json) => Json;
+
+export function replyFilter(dialect: Dialect, added: string[]): ReplyFilter | null {
+  if (added.length === 0 || !dialect.stripAdded) return null;
+  return (payload) => dialect.stripAdded!(payload, added);
+}
+
+/** What a call's record keeps for training: the gateway's additions, the call's tokens, the policy version. */
+export function trainingFields(
+  shaped: ShapedCall | null,
+  tokens: CallTokens | null,
+  policyVersion: number | null | undefined
+): Partial<LlmCallRecord> {
+  return {
+    ...(shaped?.added.length ? { added: shaped.added } : {}),
+    ...(shaped?.sampling ? { sampling: shaped.sampling } : {}),
+    ...(tokens?.prompt_token_ids ? { prompt_token_ids: tokens.prompt_token_ids } : {}),
+    ...(tokens?.token_ids ? { completion_token_ids: tokens.token_ids } : {}),
+    ...(tokens?.logprobs ? { logprobs: tokens.logprobs } : {}),
+    ...(typeof policyVersion === 'number' ? { policy_version: policyVersion } : {}),
+  };
+}
