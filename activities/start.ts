@@ -76,6 +76,7 @@ export function startEnvironment(deps: ActivityDeps) {
           timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
           signal,
         });
+        for (const warning of result.warnings ?? []) await log(spec, 'start', `warning: ${warning}`);
         const check = task.config.environment.healthcheck;
         if (check) {
           const { attempts } = await runHealthcheck(environment, result.handle, check, signal);
