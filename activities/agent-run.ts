@@ -17,7 +17,7 @@ import type { Task } from '../src/task/load';
 import { taskAtStep } from '../src/task/steps';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { loadTrialTask, resolveWorkerEnv, trialSecretEnv } from './context';
+import { loadTrialTask, resolveTaskEnv, resolveWorkerEnv, trialSecretEnv } from './context';
 
 export interface AgentStepInput {
   spec: TrialSpec;
@@ -48,6 +48,7 @@ export async function prepareAgentRun(
     agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
     gateway: null,
     user: task.config.agent.user,
+    solutionEnv: resolveTaskEnv(task.config.solution.env, spec),
   };
   return { agent: createAgent(config), run, config, task };
 }
@@ -58,10 +59,10 @@ export function containerCaBundle(deps: ActivityDeps, type: EnvironmentType): st
 }
 
 /** The environment's own variables: the task's [environment.env], the CA trust variables and the instruction. */
-export function containerEnv(deps: ActivityDeps, task: Task, type: EnvironmentType): Record<string, string> {
+export function containerEnv(deps: ActivityDeps, task: Task, spec: TrialSpec): Record<string, string> {
   return {
-    ...resolveWorkerEnv(task.config.environment.env),
-    ...(containerCaBundle(deps, type) ? CA_TRUST_ENV : {}),
+    ...resolveTaskEnv(task.config.environment.env, spec),
+    ...(containerCaBundle(deps, spec.environmentType) ? CA_TRUST_ENV : {}),
     ...instructionVariable(task.instruction),
     ROLLOUT_TASK_INSTRUCTION_FILE: INSTRUCTION_FILE,
   };
@@ -76,11 +77,11 @@ export function installSnapshotKey(
   deps: ActivityDeps,
   task: Task,
   config: AgentConfig,
-  type: EnvironmentType
+  spec: TrialSpec
 ): string | null {
   const builtin = catalogueAgent(config);
   if (builtin?.kind !== 'installed') return null;
-  const { ROLLOUT_TASK_INSTRUCTION: _instruction, ...env } = containerEnv(deps, task, type);
+  const { ROLLOUT_TASK_INSTRUCTION: _instruction, ...env } = containerEnv(deps, task, spec);
   const entries = Object.entries(env).sort(([a], [b]) => a.localeCompare(b));
   return createHash('sha256').update(installPlan(builtin, config).key).update(JSON.stringify(entries)).digest('hex');
 }

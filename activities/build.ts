@@ -5,6 +5,8 @@ import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
 import { taskComposeFile } from '../src/environments/docker/compose';
 import type { TrialSpec } from '../src/trial/types';
+import { formatProblem } from '../src/errors';
+import { taskEnvProblems } from '../src/task/task-env';
 import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
@@ -25,6 +27,9 @@ export function buildEnvironment(deps: ActivityDeps) {
     // model calls alone are kept (they were paid for; the trial's usage counts them).
     await startTrialRun(jobFiles.trialDir(spec.jobDir, spec.trialName));
     const task = await loadTrialTask(spec);
+    // A task that reads worker variables the job does not allow ends here, before anything of it runs.
+    const refused = taskEnvProblems(task.config, path.join(task.dir, 'task.toml'), spec.taskEnvAllow);
+    if (refused.length) throw taskFailure('MissingEnvironmentVariableError', refused.map(formatProblem).join('; '));
     await log(spec, 'build', `building environment ${spec.envKey} on ${deps.hostId}`);
     const output: string[] = [];
     const contextDir = path.join(task.dir, 'environment');

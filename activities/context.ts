@@ -20,6 +20,7 @@ import { capText, formatProblem } from '../src/errors';
 import { CloudQuotaError } from '../src/environments/cloud/quota';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { unsealEnv } from '../src/secrets/sealed-env';
+import { taskEnvAllowed } from '../src/task/task-env';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
 export interface ActivityDeps {
@@ -103,12 +104,25 @@ function capError(err: unknown): unknown {
 }
 
 /**
- * `${VAR}`s of agent, environment, solution or verifier env, resolved from this worker's own environment. An unset
- * variable is a task outcome (every attempt would fail alike), not something to retry.
+ * `${VAR}`s of the job's agent env, resolved from this worker's own environment. An unset variable is a task outcome
+ * (every attempt would fail alike), not something to retry.
  */
 export function resolveWorkerEnv(env: Record<string, string>): Record<string, string> {
+  return resolvingFailures(() => resolveEnv(env, process.env));
+}
+
+/**
+ * `${VAR}`s of the task's own env (environment, solution, verifier): only the names the job's
+ * `environment.task_env_allow` lists are read from this worker (never a vendor key or ROLLOUT_*, even if listed);
+ * any other name is a task error. The plan refuses such tasks first; this holds for specs from elsewhere too.
+ */
+export function resolveTaskEnv(env: Record<string, string>, spec: TrialSpec): Record<string, string> {
+  return resolvingFailures(() => resolveEnv(env, process.env, taskEnvAllowed(spec.taskEnvAllow)));
+}
+
+function resolvingFailures(resolve: () => Record<string, string>): Record<string, string> {
   try {
-    return resolveEnv(env, process.env);
+    return resolve();
   } catch (err) {
     if (err instanceof MissingEnvironmentVariableError)
       throw taskFailure('MissingEnvironmentVariableError', err.message);

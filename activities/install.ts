@@ -30,7 +30,7 @@ export function installAgent(deps: ActivityDeps) {
         throw taskFailure('AgentInstallError', `agent install exited ${result.exitCode} (see agent/install.txt)`);
       }
       const snapshots = run.environment.snapshots;
-      const key = installSnapshotKey(deps, task, config, spec.environmentType);
+      const key = installSnapshotKey(deps, task, config, spec);
       if (result.fresh && snapshots && key) {
         const image = await heartbeating(() => snapshots.take(input.handle, key, `${info.name}@${result.version}`));
         await log(spec, 'install', `install snapshot ${image}`);

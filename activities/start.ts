@@ -50,7 +50,7 @@ export function startEnvironment(deps: ActivityDeps) {
       // A multi-step task's steps may set their own phases' networks: an allowlist there is refused now, not later.
       for (const step of task.config.steps ?? []) phaseNetworks(stepTaskConfig(task.config, step));
       const started = await heartbeating(async (signal) => {
-        const key = installSnapshotKey(deps, task, agent, spec.environmentType);
+        const key = installSnapshotKey(deps, task, agent, spec);
         const caBundle = containerCaBundle(deps, spec.environmentType);
         const ca = caBundle ? caBundleStart(caBundle) : null;
         const snapshot = await findSnapshot(environment, image, key, spec, signal);
@@ -61,7 +61,7 @@ export function startEnvironment(deps: ActivityDeps) {
           trialName: spec.trialName,
           workerId: deps.hostId,
           resources: spec.resources,
-          env: containerEnv(deps, task, spec.environmentType),
+          env: containerEnv(deps, task, spec),
           workdir: task.config.environment.workdir,
           environmentDir: path.join(task.dir, 'environment'),
           envKey: spec.envKey,
@@ -76,6 +76,7 @@ export function startEnvironment(deps: ActivityDeps) {
           timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
           signal,
         });
+        for (const warning of result.warnings ?? []) await log(spec, 'start', `warning: ${warning}`);
         const check = task.config.environment.healthcheck;
         if (check) {
           const { attempts } = await runHealthcheck(environment, result.handle, check, signal);

@@ -86,7 +86,7 @@ async function downloadRewardFiles(
 }
 import { taskStepSpec } from './task-step';
 import type { ActivityDeps } from './context';
-import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveWorkerEnv, taskFailure } from './context';
+import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveTaskEnv, taskFailure } from './context';
 
 export interface VerifyInput {
   spec: TrialSpec;
@@ -206,7 +206,7 @@ async function verifySeparately(
       trialName: spec.trialName,
       workerId: deps.hostId,
       resources,
-      env: resolveWorkerEnv(config.env),
+      env: resolveTaskEnv(config.env, spec),
       workdir: config.workdir,
       role: 'verifier',
       network: separateVerifierNetwork(task.config, config),
@@ -291,7 +291,7 @@ async function test(
   const run = await inPhase(() =>
     environment.exec(handle, {
       command: `bash "${tests}/test.sh" > "${logs}/verifier/test-stdout.txt" 2>&1; ${printRewardFiles(marker)}`,
-      env: resolveWorkerEnv(task.config.verifier.env),
+      env: resolveTaskEnv(task.config.verifier.env, spec),
       user: task.config.verifier.user,
       timeoutMs: timeoutSec * 1000,
       signal,

@@ -84,6 +84,12 @@ dockerfile_frontend() {
     log "warning: no Dockerfile frontend; the tests of Dockerfile heredocs will build it (or fail saying why)"
 }
 
+# `setup-tests.sh image-registry`: that part alone (what `npm run stand-in -- fly` needs, built on its first run).
+if [ "${1:-}" = image-registry ]; then
+  part "image registry" image_registry
+  summary
+  exit 0
+fi
 part chromium chromium_browser
 part ".venv-test" eval_protocol_venv
 part ".venv-harbor" harbor_venv

@@ -16,15 +16,26 @@ export function envReferences(env: Record<string, string>): EnvReference[] {
 }
 
 export class MissingEnvironmentVariableError extends Error {
-  constructor(readonly names: string[]) {
-    super(`environment variable${names.length > 1 ? 's' : ''} ${names.join(', ')} not set on this worker`);
+  constructor(
+    readonly names: string[],
+    message = `environment variable${names.length > 1 ? 's' : ''} ${names.join(', ')} not set on this worker`
+  ) {
+    super(message);
     this.name = 'MissingEnvironmentVariableError';
   }
 }
 
-/** Resolves every reference from `source`; throws naming all unset variables that have no default. */
-export function resolveEnv(env: Record<string, string>, source: NodeJS.ProcessEnv): Record<string, string> {
-  return resolveEnvWithSecrets(env, source).resolved;
+/**
+ * Resolves every reference from `source`; throws naming all unset variables that have no default. With `allowed`,
+ * only those names are read from `source` (a task's env: see src/task/task-env.ts); any other takes its default, and
+ * without one is an error naming it.
+ */
+export function resolveEnv(
+  env: Record<string, string>,
+  source: NodeJS.ProcessEnv,
+  allowed?: ReadonlySet<string>
+): Record<string, string> {
+  return resolveEnvWithSecrets(env, source, allowed).resolved;
 }
 
 /**
@@ -33,22 +44,31 @@ export function resolveEnv(env: Record<string, string>, source: NodeJS.ProcessEn
  */
 export function resolveEnvWithSecrets(
   env: Record<string, string>,
-  source: NodeJS.ProcessEnv
+  source: NodeJS.ProcessEnv,
+  allowed?: ReadonlySet<string>
 ): { resolved: Record<string, string>; secrets: string[] } {
   const missing = new Set<string>();
+  const refused = new Set<string>();
   const secrets = new Set<string>();
   const resolved: Record<string, string> = {};
   for (const [key, value] of Object.entries(env)) {
     resolved[key] = value.replace(REFERENCE, (_whole, name: string, fallback: string | undefined) => {
-      const found = source[name];
+      const found = !allowed || allowed.has(name) ? source[name] : undefined;
       if (found !== undefined && found !== '') {
         secrets.add(found); // any length: see src/results/scrub.ts for how short values are matched
         return found;
       }
       if (fallback !== undefined) return fallback;
-      missing.add(name);
+      (allowed && !allowed.has(name) ? refused : missing).add(name);
       return '';
     });
+  }
+  if (refused.size > 0) {
+    const names = [...refused].sort();
+    throw new MissingEnvironmentVariableError(
+      names,
+      `task env references ${names.map((name) => `\${${name}}`).join(', ')}: not in job.yaml environment.task_env_allow (a task reads only the worker variables the job allows)`
+    );
   }
   if (missing.size > 0) throw new MissingEnvironmentVariableError([...missing].sort());
   return { resolved, secrets: [...secrets] };

@@ -7,11 +7,14 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { jobInput } from '../src/api/submit';
+import { fittedGuest } from '../src/environments/cloud/guest-size';
 import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../src/environments/cloud/quota';
 import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../src/environments/cloud/sandbox';
 import type { ResolvedJob } from '../src/job/load';
 import type { JobPlan } from '../src/job/plan';
 import { JobConfigSchema } from '../src/job/schema';
+import { E2BSettingsSchema } from '../src/environments/e2b/settings';
+import { flyGuestSize } from '../src/environments/fly/guest';
 
 const owner = { hostId: 'host-a', deployment: 'dep-1' };
 const quota = (err: unknown) => (err instanceof Error && err.message.startsWith('429 ') ? err.message.slice(4) : null);
@@ -52,6 +55,46 @@ describe('cloud providers: shared machinery', () => {
     });
     assert.equal(quotaMaxWaitMs({ ROLLOUT_CLOUD_QUOTA_WAIT_SEC: '2' }), 2000);
     assert.throws(() => quotaMaxWaitMs({ ROLLOUT_CLOUD_QUOTA_WAIT_SEC: 'soon' }), /ROLLOUT_CLOUD_QUOTA_WAIT_SEC/);
+  });
+
+  it('refuses a lasting quota at once, with the vendor message', async () => {
+    let calls = 0;
+    const lasting = (err: unknown) => (err instanceof Error && err.message.startsWith('403 ') ? err.message : null);
+    const err = await withQuotaBackoff(
+      'vendor',
+      quota,
+      () => (calls++, Promise.reject(new Error('403 Snapshot quota exceeded. Maximum allowed: 30'))),
+      { maxWaitMs: 60_000, lasting }
+    ).catch((e: unknown) => e);
+    assert.ok(err instanceof CloudQuotaError);
+    assert.match(err.message, /^vendor: a quota that waiting does not clear .*: 403 Snapshot quota exceeded/);
+    assert.equal(calls, 1, 'not waited on');
+  });
+
+  it("fits a task's size to Fly's guests: rounded up within each CPU kind's rules, or refused naming the field", () => {
+    assert.deepEqual(flyGuestSize({ cpus: 1, memoryMb: 512 }, 'shared'), { cpus: 1, memoryMb: 512 });
+    assert.deepEqual(flyGuestSize({ cpus: 1, memoryMb: 4096 }, 'shared'), { cpus: 2, memoryMb: 4096 });
+    assert.deepEqual(flyGuestSize({ cpus: 4, memoryMb: 512 }, 'shared'), { cpus: 4, memoryMb: 1024 });
+    assert.deepEqual(flyGuestSize({ cpus: 3, memoryMb: 1000 }, 'shared'), { cpus: 4, memoryMb: 1024 });
+    assert.deepEqual(flyGuestSize({ cpus: 0.5, memoryMb: 300 }, 'shared'), { cpus: 1, memoryMb: 512 });
+    assert.deepEqual(flyGuestSize({ cpus: 1, memoryMb: 4000 }, 'performance'), { cpus: 1, memoryMb: 4096 });
+    assert.deepEqual(flyGuestSize({ cpus: 2, memoryMb: 1024 }, 'performance'), { cpus: 2, memoryMb: 4096 });
+    assert.deepEqual(flyGuestSize({ cpus: 16, memoryMb: 2048 }, 'shared'), {
+      field: 'cpus',
+      message: "16 CPUs: Fly's shared-CPU guests have at most 8",
+    });
+    assert.equal((flyGuestSize({ cpus: 8, memoryMb: 20_000 }, 'shared') as { field: string }).field, 'memory');
+    const { warning } = fittedGuest('fly', { cpus: 2, memoryMb: 4096 }, { cpus: 1, memoryMb: 4096 });
+    assert.match(warning ?? '', /rounded up to 2 CPU, 4096 MiB/);
+    assert.equal(fittedGuest('fly', { cpus: 1, memoryMb: 512 }, { cpus: 1, memoryMb: 512 }).warning, null);
+  });
+
+  it('refuses E2B template sizes E2B refuses: CPUs 1 or even up to 32, memory even', () => {
+    assert.ok(E2BSettingsSchema.safeParse({ cpu_count: 2, memory_mb: 1024 }).success);
+    assert.ok(E2BSettingsSchema.safeParse({ cpu_count: 1 }).success);
+    assert.match(JSON.stringify(E2BSettingsSchema.safeParse({ cpu_count: 3 }).error), /1 or an even number/);
+    assert.ok(!E2BSettingsSchema.safeParse({ cpu_count: 64 }).success);
+    assert.match(JSON.stringify(E2BSettingsSchema.safeParse({ memory_mb: 1025 }).error), /divisible by 2/);
   });
 
   it("labels a trial's sandbox and reads the labels back, dotted or snake-cased", () => {

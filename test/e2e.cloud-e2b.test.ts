@@ -29,6 +29,8 @@ cloudSuite({
     ? realTarget({ template_prefix: process.env.ROLLOUT_TEST_E2B_PREFIX ?? 'rollout-test' })
     : standInTarget(startE2BStandIn),
   credential: 'E2B_API_KEY',
+  largeNotYet: "not yet run on E2B's stand-in (issue 29)",
+  faultsNotYet: "not yet run on E2B's stand-in (issue 29; E2B's API calls wait on 429, envd's are not limited there)",
 });
 
 describe('e2b templates: released with the last job, kept when prebuilt (E2B stand-in)', { skip: REAL_CLOUD }, () => {

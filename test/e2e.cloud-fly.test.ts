@@ -13,4 +13,11 @@ cloudSuite({
   target: REAL_CLOUD ? realTarget({ app: process.env.ROLLOUT_TEST_FLY_APP }) : standInTarget(startFlyStandIn),
   publicGateway: true,
   credential: 'FLY_API_TOKEN',
+  // Shared guests have at most 8 CPUs, and at most 2048 MB per CPU (see src/environments/fly/guest.ts).
+  sizes: {
+    refused: { cpus: '16' },
+    field: 'environment.cpus',
+    rounded: { cpus: '1', memory: '4G' },
+    roundedTo: /rounded up to 2 CPU, 4096 MiB/,
+  },
 });

@@ -13,4 +13,6 @@ cloudSuite({
     ? realTarget({ app: process.env.ROLLOUT_TEST_MODAL_APP ?? 'rollout-test' })
     : standInTarget(() => startModalStandIn()),
   credential: 'MODAL_TOKEN_ID',
+  largeNotYet: "not yet run on Modal's stand-in (issue 29)",
+  faultsNotYet: "Modal's exec, file and listing calls do not wait on RESOURCE_EXHAUSTED yet (only sandbox creation)",
 });

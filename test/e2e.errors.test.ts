@@ -83,10 +83,11 @@ describe('trial outcomes', () => {
     assert.deepEqual((await trial('harbor-solution')).rewards, { reward: 1 });
   });
 
-  it('records a variable the worker lacks as MissingEnvironmentVariableError, not an infrastructure error', async () => {
+  it('records a variable the task may not read as MissingEnvironmentVariableError before it builds', async () => {
     const result = await trial('verifier-env');
     assert.equal(result.error?.type, 'MissingEnvironmentVariableError');
-    assert.equal(result.error?.step, 'verify');
+    assert.equal(result.error?.step, 'build');
+    assert.match(result.error?.message ?? '', /verifier\.env\.JUDGE_KEY/);
     assert.match(result.error?.message ?? '', /ROLLOUT_UNSET_JUDGE_KEY/);
     assert.equal(result.restarts, 0);
   });

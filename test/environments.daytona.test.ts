@@ -113,8 +113,8 @@ describe('daytona environment (stand-in of the Daytona API)', () => {
   });
 
   it('builds the Dockerfile once as a snapshot named by content and size; a broken one is a build error', async () => {
-    assert.equal(image, snapshotName(`0${run}abcdef0`, sandboxSize(RESOURCES)));
-    assert.equal(image, `rollout-0${run}abcdef0-1c1g2d`);
+    assert.equal(image, snapshotName(`0${run}abcdef0`, sandboxSize(RESOURCES), 'us'));
+    assert.equal(image, `rollout-0${run}abcdef0-1c1g2d-us`, 'the region (DAYTONA_TARGET) in the name');
     // The SDK's progress (and Daytona's build log, which it follows once a build runs long enough to be seen).
     assert.ok(
       buildOutput.some((line) => line.includes(`Creating snapshot ${image}`)),
@@ -125,8 +125,8 @@ describe('daytona environment (stand-in of the Daytona API)', () => {
     assert.deepEqual(again, { image, built: false }, 'another job reuses the snapshot');
     // rollout build: another size of the environment is another snapshot, built once.
     const prebuild = buildRequest({ jobName: 'rollout-build/now', resources: { ...RESOURCES, cpus: 2 } });
-    assert.deepEqual(await environment.prebuild(prebuild), { image: `rollout-0${run}abcdef0-2c1g2d`, fresh: true });
-    assert.deepEqual(await environment.prebuild(prebuild), { image: `rollout-0${run}abcdef0-2c1g2d`, fresh: false });
+    assert.deepEqual(await environment.prebuild(prebuild), { image: `rollout-0${run}abcdef0-2c1g2d-us`, fresh: true });
+    assert.deepEqual(await environment.prebuild(prebuild), { image: `rollout-0${run}abcdef0-2c1g2d-us`, fresh: false });
     const broken = path.join(dir, 'broken');
     await mkdir(broken);
     await writeFile(path.join(broken, 'Dockerfile'), 'FROM debian:bookworm-slim\nRUN exit 7\n');
@@ -176,7 +176,7 @@ describe('daytona environment (stand-in of the Daytona API)', () => {
         dockerImage: 'debian:bookworm-slim',
       })
     );
-    assert.equal(plain.image, `rollout-2${run}abcdef0-1c1g2d`);
+    assert.equal(plain.image, `rollout-2${run}abcdef0-1c1g2d-us`);
     const { handle } = await environment.start(startRequest('plain', { image: plain.image, envKey: `2${run}abcdef0` }));
     try {
       assert.equal(handle.workdir, '/');

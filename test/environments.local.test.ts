@@ -259,6 +259,14 @@ describe('environmentRequirement', () => {
     });
     assert.deepEqual(rest, []);
     assert.match(problem?.message ?? '', /set environment\.image_registry in job\.yaml/);
+    // A docker_image beside a Dockerfile: the Dockerfile is built all the same, so the registry is needed too.
+    const both = config({ docker_image: 'debian:bookworm-slim' });
+    const [bothProblem] = await environmentRequirement({ type: 'kubernetes', namespace: 'evals' })({
+      dir,
+      config: both,
+    });
+    assert.equal(bothProblem?.field, 'environment.image_registry');
+    assert.match(bothProblem?.message ?? '', /built even though task\.toml sets environment\.docker_image/);
     const withRegistry = environmentRequirement({
       type: 'kubernetes',
       namespace: 'evals',

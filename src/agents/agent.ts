@@ -25,6 +25,8 @@ export interface AgentRun {
   gateway: GatewayAccess | null;
   /** task.toml [agent] user: the agent's run executes as it (installs stay root); undefined is the image's USER. */
   user?: string;
+  /** The task's [solution.env], resolved as the job allows (src/task/task-env.ts): what the oracle runs solve.sh with. */
+  solutionEnv: Record<string, string>;
 }
 
 /** An install's exit, and for catalogue agents the version it left in place and whether it installed anything. */

@@ -1,6 +1,5 @@
 import type { Agent } from './agent';
 import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
-import { resolveEnv } from '../env-vars';
 
 /**
  * The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. The copy also lands
@@ -11,12 +10,12 @@ export const oracleAgent: Agent = {
   install() {
     return Promise.resolve(null);
   },
-  async execute({ environment, handle, task, env, timeoutMs, signal, user }) {
+  async execute({ environment, handle, task, env, solutionEnv, timeoutMs, signal, user }) {
     if (!task.hasSolution) throw new SolutionNotFoundError(task.solutionDir);
     await environment.upload(handle, task.solutionDir, ['/oracle', '/solution']);
     return environment.exec(handle, {
       command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
-      env: { ...resolveEnv(task.config.solution.env, process.env), ...env },
+      env: { ...solutionEnv, ...env },
       user,
       timeoutMs,
       signal,

@@ -1,5 +1,7 @@
 /** The docker CLI's plugins (buildx, compose), for what the engine API (dockerode) cannot do. */
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 
 /** Runs a CLI to its end: its exit code (-1 when it could not start or was killed), output streamed line-wise. */
@@ -9,6 +11,8 @@ export function runCommand(
   options: {
     signal: AbortSignal;
     env: Record<string, string>;
+    /** The command sees `env` alone, nothing of this worker's environment (compose interpolates what it sees). */
+    isolated?: boolean;
     cwd?: string;
     onOutput: (text: string) => void;
     /** Takes stdout (a command's result) apart from onOutput, which then has stderr only. */
@@ -16,8 +20,8 @@ export function runCommand(
   }
 ): Promise<number> {
   return new Promise((resolve) => {
-    const child = spawn(command, args, {
-      env: { ...process.env, ...options.env },
+    const child = spawn(options.isolated ? onPath(command) : command, args, {
+      env: options.isolated ? options.env : { ...process.env, ...options.env },
       cwd: options.cwd,
       signal: options.signal,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -32,6 +36,15 @@ export function runCommand(
     });
     child.once('close', (code) => resolve(code ?? -1));
   });
+}
+
+/** The command's file on this worker's PATH (an isolated command gets no PATH of its own), or the name as given. */
+function onPath(command: string): string {
+  if (path.isAbsolute(command)) return command;
+  const dir = (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .find((folder) => folder && existsSync(path.join(folder, command)));
+  return dir ? path.join(dir, command) : command;
 }
 
 /** The last lines of a command's output, each also passed on as it arrives. */

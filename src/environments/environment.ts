@@ -164,6 +164,8 @@ export interface StartResult {
   handle: EnvironmentHandle;
   /** Resource limits that could not be enforced here, e.g. ["storage"]. */
   unenforced: string[];
+  /** What the trial log should say of the start, e.g. the task's size rounded up to the vendor's nearest. */
+  warnings?: string[];
 }
 
 /** One command of a session's shell (see Environment.runStep). */

@@ -9,7 +9,9 @@ import type { Problem } from '../errors';
 import { InputError } from '../errors';
 import { providerKeys } from '../job/schema';
 import type { EnvironmentRequirement } from '../task/load';
-import { separateVerifierEnvironment } from '../task/schema';
+import { parseBytes, parseCpus } from '../quantity';
+import { separateVerifierEnvironment, taskResources } from '../task/schema';
+import { isRefusal, wantedGuest } from './cloud/guest-size';
 import { taskComposeFile } from './docker/compose';
 import type { Environment, EnvironmentOwner, ProviderSettings } from './environment';
 import type { Capability, EnvironmentProvider, RequirementTask } from './provider';
@@ -54,6 +56,38 @@ export function environmentRequirement(
   return async (task) => [
     ...(await provider.requirement(task, settings)),
     ...(await missingCapabilities(provider, task)),
+    ...sizeProblems(provider, settings, environment, task),
+  ];
+}
+
+/**
+ * A task's size that no guest of the vendor fits (see EnvironmentProvider.guestSize), named at its field: task.toml's,
+ * or job.yaml's override.
+ */
+function sizeProblems(
+  provider: EnvironmentProvider,
+  settings: ProviderSettings,
+  environment: Record<string, unknown>,
+  task: RequirementTask
+): Problem[] {
+  if (!provider.guestSize) return [];
+  const own = taskResources(task.config.environment);
+  const overrideCpus = environment.override_cpus as string | number | undefined;
+  const overrideMemory = environment.override_memory as string | number | undefined;
+  const wanted = wantedGuest({
+    cpus: overrideCpus !== undefined ? parseCpus(overrideCpus) : own.cpus,
+    memoryBytes: overrideMemory !== undefined ? parseBytes(overrideMemory) : own.memoryBytes,
+  });
+  const fit = provider.guestSize(wanted, settings);
+  if (!isRefusal(fit)) return [];
+  const overridden = fit.field === 'cpus' ? overrideCpus !== undefined : overrideMemory !== undefined;
+  const memoryKey = task.config.environment.memory_mb !== undefined ? 'memory_mb' : 'memory';
+  return [
+    {
+      file: overridden ? 'job.yaml' : path.join(task.dir, 'task.toml'),
+      field: `environment.${overridden ? `override_${fit.field}` : fit.field === 'cpus' ? 'cpus' : memoryKey}`,
+      message: `${fit.message} (the ${provider.type} environment offers no larger size)`,
+    },
   ];
 }
 

@@ -44,6 +44,18 @@ export interface RequirementTask {
   config: TaskConfig;
 }
 
+/** A guest's CPUs and memory (MiB) as a cloud vendor sizes it. */
+export interface GuestSize {
+  cpus: number;
+  memoryMb: number;
+}
+
+/** No valid guest is as large as asked: the field that is too large, and the vendor's limit. */
+export interface GuestSizeRefusal {
+  field: 'cpus' | 'memory';
+  message: string;
+}
+
 export interface EnvironmentProvider {
   /** job.yaml's `environment.type`. */
   readonly type: string;
@@ -55,6 +67,12 @@ export interface EnvironmentProvider {
   readonly capabilities: ProviderCapabilities;
   /** What a task needs in its environment/ folder here, each problem naming the file (the spec leaves it to type). */
   requirement(task: RequirementTask, settings: ProviderSettings): Promise<Problem[]>;
+  /**
+   * The vendor's guest size for a trial that asks for `wanted`: the smallest valid size at least as large (the trial
+   * log warns when it differs from `wanted`), or why none fits, naming the field (the task is refused before the job
+   * starts). Absent: the provider takes any size.
+   */
+  guestSize?(wanted: GuestSize, settings: ProviderSettings): GuestSize | GuestSizeRefusal;
   /**
    * Checks the provider's own configuration (a kubeconfig, credentials) before a job starts. Throws a
    * ProviderConfigError naming the provider and the setting; resolves when a job could start.

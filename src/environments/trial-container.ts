@@ -8,6 +8,12 @@ export const KEEP_ALIVE = ['sleep', 'infinity'] as const;
 export const KILL_ALL_LEFT_ZOMBIES = 86;
 
 /**
+ * KILL_ALL's exit status when it killed nothing because it sees the host's processes (the container shares the host's
+ * pid namespace: kernel thread 2, kthreadd, is visible): `kill -9 -1` there would kill every process of the machine.
+ */
+export const KILL_ALL_REFUSED = 87;
+
+/**
  * Kills every process in the container but PID 1 (which only keeps it up) and the shell running this; as root. PID 1
  * (`sleep`) never reaps what it inherits, so every killed process stays a zombie holding a pid: after a fork bomb,
  * the pids limit would stay used up and nothing could start again. So the command counts what is left (with
@@ -15,6 +21,7 @@ export const KILL_ALL_LEFT_ZOMBIES = 86;
  * provider then restarts the container (its files kept), which frees them all.
  */
 export const KILL_ALL = [
+  `{ read -r c < /proc/2/comm; } 2>/dev/null; [ "$c" != kthreadd ] || exit ${KILL_ALL_REFUSED}`,
   'kill -9 -1 2>/dev/null',
   'n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done',
   '{ read -r m < /sys/fs/cgroup/pids.max || read -r m < /sys/fs/cgroup/pids/pids.max || m=max; } 2>/dev/null',

@@ -10,6 +10,8 @@ import { healthcheckBudgetSec } from '../environments/healthcheck';
 import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
 import { stepTaskConfig } from '../task/steps';
+import { taskEnvProblems } from '../task/task-env';
+import { formatProblem } from '../errors';
 import type { TaskResources } from '../task/schema';
 import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../trial/types';
 import { readJobJson } from '../storage/job-folder';
@@ -73,6 +75,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
 
   const warnings: string[] = [...loaded.warnings];
+  const allow = job.environment.task_env_allow;
   const trials: TrialSpec[] = [];
   for (const dataset of datasets) {
     for (const task of dataset.tasks) {
@@ -107,6 +110,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
+            ...(job.environment.task_env_allow.length ? { taskEnvAllow: job.environment.task_env_allow } : {}),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
             ...(job.budget ? { budgeted: true } : {}),
@@ -121,6 +125,9 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
               : DEFAULT_RETRY_POLICY,
           });
         }
+      }
+      for (const problem of taskEnvProblems(task.config, path.join(task.dir, 'task.toml'), allow)) {
+        warnings.push(`${formatProblem(problem)}: its trials end in MissingEnvironmentVariableError before they build`);
       }
       if (!task.hasSolution && job.agents.some(isOracle)) {
         warnings.push(`${task.dir}: no solution/solve.sh, so its oracle trials will end in SolutionNotFoundError`);

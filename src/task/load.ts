@@ -1,10 +1,11 @@
-import { readFile, readdir, realpath, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 
 import type { Problem } from '../errors';
 import { zodProblems } from '../errors';
-import { isDirectory, isFile } from '../files/absent';
+import { ifPresent, isDirectory, isFile } from '../files/absent';
 import type { Task, TaskConfig, TaskStep } from './schema';
 import { TaskConfigSchema, taskResources } from './schema';
 
@@ -20,6 +21,9 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
   const absolute = path.resolve(dir);
   const tomlPath = path.join(absolute, 'task.toml');
   const problems: Problem[] = [];
+  // A task folder may be reached through a link (a dataset assembled from links); what it holds must stay inside it.
+  const root = await realpath(absolute).catch(() => absolute);
+  const readText = (file: string, into: Problem[]) => readTaskText(root, file, into);
 
   let config: TaskConfig | undefined;
   const toml = await readText(tomlPath, problems);
@@ -38,7 +42,8 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
   }
 
   const sharedTests = path.join(absolute, 'tests');
-  const steps = config?.steps ? await loadSteps(absolute, config.steps, problems) : [];
+  problems.push(...(await foldersOutside(root, absolute, config?.steps ?? [])));
+  const steps = config?.steps ? await loadSteps(root, absolute, config.steps, problems) : [];
   const instruction = config?.steps
     ? steps[0]?.instruction
     : await readText(path.join(absolute, 'instruction.md'), problems);
@@ -73,7 +78,12 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
  * The steps' folders, as Harbor lays them out: steps/<name>/instruction.md, and a test.sh in the step's tests/ or in
  * the task's shared tests/ (whose files every step gets, under its own).
  */
-async function loadSteps(taskDir: string, configs: { name: string }[], problems: Problem[]): Promise<TaskStep[]> {
+async function loadSteps(
+  root: string,
+  taskDir: string,
+  configs: { name: string }[],
+  problems: Problem[]
+): Promise<TaskStep[]> {
   const sharedTests = path.join(taskDir, 'tests');
   const sharedTest = await isFile(path.join(sharedTests, 'test.sh'));
   const hasSharedTests = await isDirectory(sharedTests);
@@ -84,7 +94,7 @@ async function loadSteps(taskDir: string, configs: { name: string }[], problems:
       problems.push({ file: dir, message: `missing (task.toml declares the step "${name}")` });
       continue;
     }
-    const instruction = await readText(path.join(dir, 'instruction.md'), problems);
+    const instruction = await readTaskText(root, path.join(dir, 'instruction.md'), problems);
     const testScript = path.join(dir, 'tests', 'test.sh');
     if (!sharedTest && !(await isFile(testScript))) {
       problems.push({
@@ -121,7 +131,17 @@ export interface DatasetEntry {
  */
 export async function listDataset(dir: string): Promise<{ entries: DatasetEntry[]; problems: Problem[] }> {
   const absolute = path.resolve(dir);
-  if (!(await isDirectory(absolute))) {
+  let folder: boolean;
+  try {
+    folder = await isDirectory(absolute);
+  } catch (err) {
+    // A link that loops (ELOOP) or a folder this user cannot read: the job's input, not Rollout's failure.
+    const code = (err as NodeJS.ErrnoException).code;
+    const message =
+      code === 'ELOOP' ? 'dataset path is a symlink loop' : `dataset path unreadable (${code ?? firstLine(err)})`;
+    return { entries: [], problems: [{ file: absolute, message }] };
+  }
+  if (!folder) {
     return { entries: [], problems: [{ file: absolute, message: 'dataset path is not a folder' }] };
   }
   const entries = (await isFile(path.join(absolute, 'task.toml')))
@@ -191,18 +211,58 @@ async function taskFolders(dataset: string): Promise<DatasetEntry[]> {
 }
 
 /**
- * A regular file's text. Anything else (a FIFO or device would block the read for ever) and bytes that are not
- * UTF-8 are refused: task files are text, and the instruction reaches agents as text, so a silent replacement of
+ * The task's folders that are copied into environments or built from (environment/, tests/, solution/, steps/<name>
+ * and theirs): each must resolve inside the task folder, so a link in a public dataset cannot hand the host's files
+ * to a build, the agent or the verifier.
+ */
+async function foldersOutside(root: string, taskDir: string, steps: { name: string }[]): Promise<Problem[]> {
+  const folders = ['environment', 'tests', 'solution', 'steps'];
+  for (const { name } of steps) {
+    for (const inner of ['', 'tests', 'solution', 'workdir']) folders.push(path.join('steps', name, inner));
+  }
+  const problems: Problem[] = [];
+  for (const folder of folders) {
+    const full = path.join(taskDir, folder);
+    if (!(await ifPresent(lstat(full)))) continue;
+    const real = await realpath(full).catch(() => null);
+    if (real === null || !isInside(root, real)) {
+      problems.push({ file: full, message: `resolves outside the task folder${real ? ` (to ${real})` : ''}: refused` });
+    }
+  }
+  return problems;
+}
+
+/** Whether `real` (a resolved path) is `root` or inside it. */
+function isInside(root: string, real: string): boolean {
+  const relative = path.relative(root, real);
+  return relative === '' || (!relative.startsWith('..') && !path.isAbsolute(relative));
+}
+
+/**
+ * A task file's text: a regular file whose real path stays inside the task folder (a link to /proc/self/environ or
+ * ~/.aws/credentials would hand the worker's secrets to the agent as its instruction), opened without following a
+ * link swapped in after the check. Anything else (a FIFO or device would block the read for ever) and bytes that are
+ * not UTF-8 are refused: task files are text, and the instruction reaches agents as text, so a silent replacement of
  * bytes would hand them something the task author did not write.
  */
-async function readText(file: string, problems: Problem[]): Promise<string | undefined> {
+export async function readTaskText(root: string, file: string, problems: Problem[]): Promise<string | undefined> {
   let bytes: Buffer;
   try {
-    if (!(await stat(file)).isFile()) {
-      problems.push({ file, message: 'not a regular file' });
+    const real = await realpath(file);
+    if (!isInside(root, real)) {
+      problems.push({ file, message: `resolves outside the task folder (to ${real}): refused` });
       return undefined;
     }
-    bytes = await readFile(file);
+    const handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!(await handle.stat()).isFile()) {
+        problems.push({ file, message: 'not a regular file' });
+        return undefined;
+      }
+      bytes = await handle.readFile();
+    } finally {
+      await handle.close();
+    }
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     problems.push({ file, message: code === 'ENOENT' ? 'missing' : `unreadable (${code ?? firstLine(err)})` });

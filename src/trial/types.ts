@@ -73,6 +73,8 @@ export interface TrialSpec {
   verify: boolean;
   /** How long a step may wait for its host's worker before the trial restarts on another host. */
   hostLostTimeoutSec: number;
+  /** job.yaml `environment.task_env_allow`: the worker variables a task's `${VAR}`s may read (absent: none). */
+  taskEnvAllow?: string[];
   /** Agent env given for this trial alone, not secret (a remote rollout's model and base URL). */
   agentEnv?: Record<string, string>;
   /** Agent env given for this trial alone and secret, sealed (src/secrets/sealed-env.ts): only ciphertext here. */

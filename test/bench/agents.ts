@@ -86,6 +86,7 @@ function runOn(environment: DockerEnvironment, handle: EnvironmentHandle): Agent
     handle,
     task: {} as Task, // installs do not read the task
     env: {},
+    solutionEnv: {},
     gateway: null,
     timeoutMs: INSTALL_TIMEOUT_MS,
     signal: new AbortController().signal,

@@ -15,6 +15,18 @@ export interface CloudStandIn {
   readonly env: Record<string, string>;
   /** The next `count` sandbox creations are answered with the vendor's own quota (or rate-limit) reply. */
   failNextCreates(count: number): void;
+  /**
+   * Every API call kind (create, exec, file, list, delete, snapshot) answered with the vendor's own rate-limit reply
+   * at this rate (0 to 1); 0 ends it. `npm run stand-in -- <vendor> --faults rate=0.2`.
+   */
+  setFaults(faults: { rate: number }): void;
+  /**
+   * What happens to a vendor's built images between two jobs: Daytona deactivates snapshots unused for 14 days
+   * ('inactive'), another job's release deletes them ('deleted'). Absent: the vendor has no such state.
+   */
+  retireImages?(how: 'inactive' | 'deleted'): Promise<void>;
+  /** From now on, image builds meet a quota that waiting does not clear (Daytona's snapshot quota); false ends it. */
+  lastingQuota?(on: boolean): void;
   /** The ids of the sandboxes it holds now (each a Docker container of its own). */
   sandboxes(): Promise<string[]>;
   /** Removes every sandbox (container) and image it made, and stops listening. */

@@ -8,12 +8,15 @@
  *   through the worker's gateway (the relay, or ROLLOUT_GATEWAY_PUBLIC_URL where the provider has no streamed
  *   process), and the real key is found nowhere in the sandbox (the verifier greps its processes and files);
  * - a worker SIGKILLed mid-trial: the trial restarts on the next run, and no sandbox is left;
+ * - a 90-second agent step, a 1 MiB COPY, a large upload and 5 MiB of output; a size the vendor has no guest for
+ *   (exit 2) and one rounded up; an image that went inactive or was deleted between jobs; a quota that waiting does
+ *   not clear (refused at once); the vendor's rate-limit reply on a fifth of every call kind;
  * - the vendor's quota reply: waited on, then an InfrastructureError carrying the vendor's message;
  * - no sandbox left after any test.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
-import { cp, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
+import { cp, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 
@@ -58,6 +61,87 @@ export interface CloudSuiteOptions {
   agent?: string;
   /** The variable whose absence the credentials check names (e.g. FLY_API_TOKEN): emptied, the CLI exits 2. */
   credential: string;
+  /**
+   * Sizes (task.toml [environment] keys) the vendor has no guest for: refused before the job starts (exit 2, naming
+   * the task file and `field`); and one it rounds up (the trial log says to what). Absent: it takes any size.
+   */
+  sizes?: { refused: Record<string, string>; field: string; rounded: Record<string, string>; roundedTo: RegExp };
+  /** MB of the file the long-step test uploads (the oracle's solution): 100 unless the vendor allows less. */
+  uploadMb?: number;
+  /** Why the rate-limit test does not run for this vendor yet (its provider does not wait on every call kind). */
+  faultsNotYet?: string;
+  /** Why the long-step, large-file, retired-image and lasting-quota tests do not run for this vendor yet. */
+  largeNotYet?: string;
+}
+
+const MIB = 2 ** 20;
+
+/**
+ * A task with a 90-second agent step, a 1 MiB file its Dockerfile COPYs, an `uploadMb` MB file in its tests (the
+ * verifier's upload), and 5 MiB of agent output to collect; its verifier checks both files arrived whole.
+ */
+async function writeBigTask(dir: string, uploadMb: number): Promise<void> {
+  const hash = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+  const blob = randomBytes(MIB);
+  const big = randomBytes(uploadMb * 1_000_000);
+  await mkdir(path.join(dir, 'environment'), { recursive: true });
+  await mkdir(path.join(dir, 'solution'), { recursive: true });
+  await mkdir(path.join(dir, 'tests'), { recursive: true });
+  await writeFile(path.join(dir, 'environment', 'blob.bin'), blob);
+  await writeFile(
+    path.join(dir, 'environment', 'Dockerfile'),
+    'FROM debian:bookworm-slim\nWORKDIR /app\nCOPY blob.bin /app/blob.bin\n'
+  );
+  // In tests/: the verifier's one upload (the oracle's solution goes to two places).
+  await writeFile(path.join(dir, 'tests', 'big.bin'), big);
+  await writeFile(
+    path.join(dir, 'solution', 'solve.sh'),
+    [
+      '#!/bin/bash',
+      'sleep 90',
+      'sha256sum /app/blob.bin | cut -d" " -f1 > /app/blob.sha',
+      `head -c ${5 * MIB} /dev/urandom > /logs/agent/output.bin`,
+      '',
+    ].join('\n'),
+    { mode: 0o755 }
+  );
+  await writeFile(
+    path.join(dir, 'tests', 'test.sh'),
+    [
+      '#!/bin/bash',
+      'big=$(sha256sum /tests/big.bin | cut -d" " -f1)',
+      `if [ "$big" = ${hash(big)} ] && [ "$(cat /app/blob.sha)" = ${hash(blob)} ]; then`,
+      '  echo 1 > /logs/verifier/reward.txt',
+      'else',
+      '  echo 0 > /logs/verifier/reward.txt',
+      'fi',
+      '',
+    ].join('\n'),
+    { mode: 0o755 }
+  );
+  await writeFile(path.join(dir, 'instruction.md'), 'Hash the files.\n');
+  await writeFile(
+    path.join(dir, 'task.toml'),
+    'version = "1.0"\n\n[agent]\ntimeout_sec = 200.0\n\n[verifier]\ntimeout_sec = 60.0\n\n' +
+      '[environment]\nbuild_timeout_sec = 600.0\ncpus = "1"\nmemory = "1G"\n'
+  );
+}
+
+/** A copy of the examples' hello-world task with its own environment (a build of its own) and `environment` keys. */
+async function helloTask(dir: string, name: string, environment: Record<string, string> = {}): Promise<void> {
+  const source = path.join(dir, 'examples', 'tasks', 'hello-world');
+  const target = path.join(dir, 'tasks', name);
+  await cp(source, target, { recursive: true });
+  await writeFile(
+    path.join(target, 'environment', 'Dockerfile'),
+    `FROM debian:bookworm-slim\n# ${name} ${run}\nWORKDIR /app\n`
+  );
+  const keys = Object.entries(environment).map(([key, value]) => `${key} = "${value}"`);
+  const toml = (await readFile(path.join(source, 'task.toml'), 'utf8')).replace(
+    /\[environment\][^[]*/,
+    ['[environment]', 'build_timeout_sec = 300.0', ...keys, ''].join('\n')
+  );
+  await writeFile(path.join(target, 'task.toml'), toml);
 }
 
 /** Set by `npm run test:cloud` (scripts/test-cloud.js): the suite runs against the real services. */
@@ -137,8 +221,11 @@ export function cloudSuite(options: CloudSuiteOptions): void {
       dir = await workspace({ examples: 'examples', 'slow-tasks': 'test/fixtures/slow-tasks' });
     });
     afterEach(async () => {
-      // Every test leaves nothing running at the vendor.
-      for (const name of jobs) assert.deepEqual(await sandboxesOf(name), [], `sandboxes of ${name} left`);
+      // Every test leaves nothing running at the vendor (a removal the vendor finishes in the background, such as a
+      // stand-in's container removal under load, is given a minute).
+      for (const name of jobs) {
+        await waitFor(`no sandbox of ${name} left`, async () => (await sandboxesOf(name)).length === 0, 60_000);
+      }
     });
     after(async () => {
       await connection?.close();
@@ -221,6 +308,107 @@ export function cloudSuite(options: CloudSuiteOptions): void {
       const trial = await trialResult(name, 'slow__oracle__1');
       assert.deepEqual(trial.rewards, { reward: 1 }, JSON.stringify(trial.error));
       assert.ok(trial.restarts > 0, 'the trial restarted');
+    });
+
+    it('runs a 90-second agent step, builds a 1 MiB COPY, uploads a large file and collects 5 MiB of output', async (t) => {
+      if (options.largeNotYet) return t.skip(options.largeNotYet);
+      await writeBigTask(path.join(dir, 'big-tasks', 'big'), options.uploadMb ?? 100);
+      const name = await jobFile('big.yaml', { agents: [{ name: 'oracle' }], datasets: [{ path: 'big-tasks' }] });
+      const result = await cli('big.yaml');
+      assert.equal(result.code, 0, result.stderr);
+      const trial = await trialResult(name, 'big__oracle__1');
+      assert.equal(trial.error, null, JSON.stringify(trial.error));
+      assert.deepEqual(trial.rewards, { reward: 1 }, 'both files arrived whole');
+      const output = await stat(path.join(dir, 'jobs', name, 'big__oracle__1', 'agent', 'output.bin'));
+      assert.equal(output.size, 5 * MIB, 'the agent output collected whole');
+    });
+
+    it('refuses a size the vendor has no guest for before the job starts (exit 2), and rounds another up', async (t) => {
+      const sizes = options.sizes;
+      if (!sizes) return t.skip(`${vendor} takes any size`);
+      await helloTask(dir, `refused-${vendor}`, sizes.refused);
+      const refusedName = await jobFile('refused.yaml', {
+        agents: [{ name: 'oracle' }],
+        datasets: [{ path: `tasks/refused-${vendor}` }],
+      });
+      const refused = await cli('refused.yaml');
+      assert.equal(refused.code, 2, refused.stderr);
+      assert.match(refused.stderr, new RegExp(`task\\.toml: ${sizes.field.replace('.', '\\.')}: `));
+      await assert.rejects(trialResult(refusedName, `refused-${vendor}__oracle__1`), 'no trial ran');
+      if (target.standIn) assert.deepEqual(await target.standIn.sandboxes(), []);
+      await helloTask(dir, `rounded-${vendor}`, sizes.rounded);
+      const name = await jobFile('rounded.yaml', {
+        agents: [{ name: 'oracle' }],
+        datasets: [{ path: `tasks/rounded-${vendor}` }],
+      });
+      const rounded = await cli('rounded.yaml');
+      assert.equal(rounded.code, 0, rounded.stderr);
+      assert.deepEqual((await trialResult(name, `rounded-${vendor}__oracle__1`)).rewards, { reward: 1 });
+      const log = await readFile(path.join(dir, 'jobs', name, `rounded-${vendor}__oracle__1`, 'trial.log'), 'utf8');
+      assert.match(log, sizes.roundedTo);
+    });
+
+    it("starts from a vendor's image that went inactive or was deleted between two jobs", async (t) => {
+      const standIn = target.standIn;
+      if (!standIn?.retireImages) return t.skip(`${vendor} images have no such state here`);
+      if (options.largeNotYet) return t.skip(options.largeNotYet);
+      await helloTask(dir, `retired-${vendor}`);
+      for (const how of ['first', 'inactive', 'deleted'] as const) {
+        if (how !== 'first') await standIn.retireImages(how);
+        const name = await jobFile(`retired-${how}.yaml`, {
+          agents: [{ name: 'oracle' }],
+          datasets: [{ path: `tasks/retired-${vendor}` }],
+        });
+        const result = await cli(`retired-${how}.yaml`);
+        assert.equal(result.code, 0, `${how}: ${result.stderr}`);
+        assert.deepEqual((await trialResult(name, `retired-${vendor}__oracle__1`)).rewards, { reward: 1 }, how);
+      }
+    });
+
+    it('refuses a quota that waiting does not clear at once, with the vendor message', async (t) => {
+      const standIn = target.standIn;
+      if (!standIn?.lastingQuota) return t.skip(`${vendor} has no such quota here`);
+      if (options.largeNotYet) return t.skip(options.largeNotYet);
+      await helloTask(dir, `lasting-${vendor}`);
+      standIn.lastingQuota(true);
+      try {
+        const name = await jobFile('lasting.yaml', {
+          agents: [{ name: 'oracle' }],
+          datasets: [{ path: `tasks/lasting-${vendor}` }],
+        });
+        // A wait on it would outlast the test's own limit: refused at once instead.
+        const failed = await cli('lasting.yaml', { ROLLOUT_CLOUD_QUOTA_WAIT_SEC: '3600' });
+        const trial = await trialResult(name, `lasting-${vendor}__oracle__1`).catch((err: Error) => {
+          throw new Error(`${err.message}; the CLI said: ${failed.stderr}`);
+        });
+        assert.equal(trial.error?.type, 'InfrastructureError');
+        assert.match(trial.error?.message ?? '', /waiting does not clear/);
+        assert.equal(trial.rewards, null);
+      } finally {
+        standIn.lastingQuota(false);
+      }
+    });
+
+    it("rides out the vendor's rate-limit reply on a fifth of every API call kind: right rewards, no sandbox left", async (t) => {
+      const standIn = target.standIn;
+      if (!standIn) return t.skip('rate limits cannot be provoked on the real service');
+      if (options.faultsNotYet) return t.skip(options.faultsNotYet);
+      const examples = parse(await readFile(path.join(dir, 'examples', 'job.yaml'), 'utf8')) as Record<string, unknown>;
+      const name = await jobFile('examples/faults.yaml', examples, { max_sandboxes: 2 });
+      standIn.setFaults({ rate: 0.2 });
+      try {
+        const result = await cli('examples/faults.yaml', { ROLLOUT_CLOUD_QUOTA_WAIT_SEC: '120' });
+        assert.equal(result.code, 0, result.stderr);
+        assert.match(result.stderr, /6\/6 done/);
+        assert.deepEqual((await trialResult(name, 'hello-world__oracle__1')).rewards, { reward: 1 });
+        assert.deepEqual((await trialResult(name, 'word-count__oracle__1')).rewards, { lines: 1, words: 1 });
+        assert.deepEqual((await trialResult(name, 'impossible__oracle__1')).rewards, { reward: 0 });
+        for (const trial of ['hello-world__greeter__1', 'hello-world__oracle__1']) {
+          assert.equal((await trialResult(name, trial)).error, null, trial);
+        }
+      } finally {
+        standIn.setFaults({ rate: 0 });
+      }
     });
 
     it("waits on the vendor's quota reply, then ends in an InfrastructureError carrying its message", async (t) => {

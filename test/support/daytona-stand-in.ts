@@ -16,10 +16,11 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 import type { CloudStandIn } from './cloud-stand-in';
-import { DaytonaApi } from './daytona-stand-in/api';
+import { DEFAULT_LIMITS, DaytonaApi } from './daytona-stand-in/api';
 import { ObjectStorage } from './daytona-stand-in/object-storage';
 import { Runner } from './daytona-stand-in/runner';
 import { Toolbox, json } from './daytona-stand-in/toolbox';
+import { StandInFaults } from './stand-in-faults';
 
 export interface DaytonaStandIn extends CloudStandIn {
   readonly vendor: 'daytona';
@@ -38,6 +39,7 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
     const record = api.sandboxes.get(id);
     return record?.dto.state === 'started' ? (record.containerId ?? undefined) : undefined;
   });
+  const faults = new StandInFaults();
   const authorized = (header: string | undefined) => header === `Bearer ${apiKey}`;
   const server = createServer((request, response) => {
     const url = new URL(request.url ?? '/', 'http://stand-in');
@@ -46,6 +48,10 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
         return storage.handle(request, response, url.pathname.slice(3), url.searchParams);
       if (!authorized(request.headers.authorization)) {
         return json(response, 401, { statusCode: 401, error: 'Unauthorized', message: 'Invalid credentials' });
+      }
+      // The API's throttlers (apps/api/src/config/configuration.ts:246-283) answer as @nestjs/throttler does.
+      if (faults.hit()) {
+        return json(response, 429, { statusCode: 429, message: 'ThrottlerException: Too Many Requests' });
       }
       if (url.pathname.startsWith('/api/'))
         return api.handle(request, response, url.pathname.slice(4), url.searchParams);
@@ -78,6 +84,16 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
     },
     failNextCreates(count) {
       api.failCreates = count;
+    },
+    setFaults(given) {
+      faults.set(given);
+    },
+    async retireImages(how) {
+      if (how === 'inactive') api.deactivateSnapshots();
+      else await api.deleteSnapshots();
+    },
+    lastingQuota(on) {
+      api.limits.snapshotQuota = on ? 0 : DEFAULT_LIMITS.snapshotQuota;
     },
     sandboxes: () => Promise.resolve([...api.sandboxes.keys()]),
     sandboxRecords: () => [...api.sandboxes.values()].map(({ dto }) => ({ ...dto })),

@@ -21,6 +21,7 @@ import { serveEnvd } from './e2b-stand-in/envd';
 import { Sandboxes } from './e2b-stand-in/sandboxes';
 import { Templates } from './e2b-stand-in/templates';
 import { sendApiError } from './e2b-stand-in/wire';
+import { StandInFaults } from './stand-in-faults';
 
 export { QUOTA_MESSAGE } from './e2b-stand-in/api';
 
@@ -38,9 +39,15 @@ export async function startE2BStandIn(): Promise<E2BStandIn> {
     templates: new Templates(label),
     failCreates: 0,
   };
+  const faults = new StandInFaults();
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const sandboxId = req.headers['e2b-sandbox-id'];
-    if (typeof sandboxId !== 'string') return serveApi(state, req, res);
+    if (typeof sandboxId !== 'string') {
+      // E2B's API answers a rate limit with 429 and its error body (`{code, message}`). envd's calls are not
+      // limited here: how E2B's proxy limits them is not published (docs/e2b.md).
+      if (faults.hit()) return sendApiError(res, 429, 'Rate limit exceeded, please try again later.');
+      return serveApi(state, req, res);
+    }
     const sandbox = state.sandboxes.byId.get(sandboxId);
     // E2B's edge proxy answers for a sandbox that is gone with 502.
     if (!sandbox) return sendApiError(res, 502, `The sandbox ${sandboxId} was not found`);
@@ -59,6 +66,9 @@ export async function startE2BStandIn(): Promise<E2BStandIn> {
     env: { E2B_API_KEY: state.apiKey, E2B_API_URL: state.baseUrl, E2B_SANDBOX_URL: state.baseUrl },
     failNextCreates(count) {
       state.failCreates = count;
+    },
+    setFaults(given) {
+      faults.set(given);
     },
     sandboxes: () => Promise.resolve([...state.sandboxes.byId.keys()]),
     templateNames: () => [...state.templates.byId.values()].map((t) => t.name),

@@ -14,7 +14,8 @@ import { PassThrough } from 'node:stream';
 import Docker from 'dockerode';
 
 import type { CloudStandIn } from './cloud-stand-in';
-import { startImageRegistry } from './image-registry';
+import { buildImageRegistry, startImageRegistry } from './image-registry';
+import { StandInFaults } from './stand-in-faults';
 import { freePort } from './serve';
 
 const LABEL = 'rollout.fly-stand-in';
@@ -29,18 +30,62 @@ interface Machine {
   created_at: string;
 }
 
+/**
+ * Fly's API proxy ends a request at about 60 s: fly-go flaps/flaps_machines_wait.go:19 `proxyTimeoutThreshold = 60 *
+ * time.Second` clamps every wait of its own to it, and users see 408 `deadline_exceeded` on long execs (flyctl issue
+ * #4194). The stand-in answers any request still open then with that 408, whatever the exec's `timeout`.
+ */
+const PROXY_TIMEOUT_MS = 60_000;
+/**
+ * Not published by Fly: an exec's JSON body (its stdin) is bounded here so that a whole-file transfer in one body
+ * fails in tests (docs/fly.md lists the probe under "to confirm on a real account").
+ */
+const MAX_BODY_BYTES = 8 * 2 ** 20;
+
+/**
+ * Fly's guest sizes (what its own clients refuse before the API would): shared CPUs 1/2/4/6/8, performance 1 or even
+ * up to 16 (flyctl internal/machine/update.go `cpusPerKind`); memory per CPU 256–2048 MB shared, 2048–8192 MB
+ * performance (fly-go machine_types.go MIN_/MAX_MEMORY_MB_PER_(SHARED_)CPU); memory a multiple of 256 MB shared,
+ * 1024 MB performance (flyctl's guest flags, `memoryIncrement`). The API's own wording is not published: the
+ * stand-in answers flyctl's (docs/fly.md: to confirm).
+ */
+function guestProblem(guest: { cpu_kind?: string; cpus?: number; memory_mb?: number }): string | null {
+  const kind = guest.cpu_kind ?? 'shared';
+  const cpus = guest.cpus ?? 1;
+  const memory = guest.memory_mb ?? 256;
+  const shared = kind === 'shared';
+  if (kind !== 'shared' && kind !== 'performance') return `invalid CPU kind '${kind}'`;
+  const cpuSteps = shared ? [1, 2, 4, 6, 8] : [1, 2, 4, 6, 8, 10, 12, 14, 16];
+  if (!cpuSteps.includes(cpus)) return 'invalid number of CPUs';
+  const [minPerCpu, maxPerCpu, step] = shared ? [256, 2048, 256] : [2048, 8192, 1024];
+  if (memory < cpus * minPerCpu) {
+    return `invalid config: for machines with ${cpus} CPUs, the minimum amount of memory is ${cpus * minPerCpu} MiB`;
+  }
+  if (memory > cpus * maxPerCpu) {
+    return `invalid config: for machines with ${cpus} CPUs, the maximum amount of memory is ${cpus * maxPerCpu} MiB`;
+  }
+  if (memory % step !== 0) return `invalid memory size: ${memory} MiB is not a multiple of ${step} MiB`;
+  return null;
+}
+
 type Reply = { status: number; body: unknown };
 const reply = (status: number, body: unknown): Reply => ({ status, body });
 const error = (status: number, message: string): Reply => reply(status, { error: message });
 
 export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; registry: string }> {
   const docker = new Docker();
-  const registry = await startImageRegistry(await freePort());
-  if (typeof registry === 'string') throw new Error(`fly stand-in: ${registry} (npm run setup:tests builds it)`);
+  let registry = await startImageRegistry(await freePort());
+  if (typeof registry === 'string') {
+    // Self-contained: the registry binary is built on first use (Go's module proxy), as setup-tests.sh builds it.
+    await buildImageRegistry();
+    registry = await startImageRegistry(await freePort());
+  }
+  if (typeof registry === 'string') throw new Error(`fly stand-in: ${registry} (and building it failed: see above)`);
   const token = `fly-stand-in-${randomBytes(12).toString('hex')}`;
   const standInId = randomBytes(4).toString('hex');
   const machines = new Map<string, Machine>();
   let failCreates = 0;
+  const faults = new StandInFaults();
 
   const view = (m: Machine) => ({
     id: m.id,
@@ -84,7 +129,9 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
     } catch (err) {
       return error(422, `failed to get manifest ${config.image}: ${(err as Error).message}`);
     }
-    const guest = (config.guest ?? {}) as { cpus?: number; memory_mb?: number };
+    const guest = (config.guest ?? {}) as { cpu_kind?: string; cpus?: number; memory_mb?: number };
+    const invalid = guestProblem(guest);
+    if (invalid) return error(422, invalid);
     const init = (config.init ?? {}) as { cmd?: string[]; entrypoint?: string[] };
     const env = (config.env ?? {}) as Record<string, string>;
     const container = await docker.createContainer({
@@ -233,13 +280,23 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
 
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
+    let bodyBytes = 0;
+    const send = ({ status, body }: Reply) => {
+      clearTimeout(proxyCut);
+      if (res.headersSent) return;
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    const proxyCut = setTimeout(() => send(error(408, 'deadline_exceeded')), PROXY_TIMEOUT_MS);
+    req.on('data', (c: Buffer) => {
+      bodyBytes += c.length;
+      if (bodyBytes <= MAX_BODY_BYTES) chunks.push(c);
+    });
     req.on('end', () => {
-      const send = ({ status, body }: Reply) => {
-        res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(body));
-      };
+      if (bodyBytes > MAX_BODY_BYTES) return send(error(413, 'request body too large'));
       if (req.headers.authorization !== `Bearer ${token}`) return send(error(401, 'unauthorized'));
+      // Fly's rate limits are per action and per machine; its reply's wording is not published (docs/fly.md).
+      if (faults.hit()) return send(error(429, 'rate limit exceeded'));
       const text = Buffer.concat(chunks).toString('utf8');
       let body: unknown;
       try {
@@ -267,6 +324,9 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
     },
     failNextCreates(count) {
       failCreates = count;
+    },
+    setFaults(given) {
+      faults.set(given);
     },
     async sandboxes() {
       const containers = await docker.listContainers({ all: true, filters: { label: [`${LABEL}=${standInId}`] } });

@@ -26,6 +26,19 @@ export function registryBinary(): string {
   return process.env.ROLLOUT_REGISTRY_BIN ?? path.join(cache, 'registry', REGISTRY_VERSION, 'registry');
 }
 
+/** Builds the registry binary with scripts/setup-tests.sh's own part (go install, once), its log on stderr. */
+export async function buildImageRegistry(): Promise<void> {
+  const root = path.join(__dirname, '..', '..', '..');
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn('bash', [path.join(root, 'scripts', 'setup-tests.sh'), 'image-registry'], {
+      cwd: root,
+      stdio: ['ignore', process.stderr, process.stderr],
+    });
+    child.once('error', reject);
+    child.once('exit', () => resolve());
+  });
+}
+
 /** Starts the registry on `port`, or returns why it cannot (no binary: the Go toolchain was missing at setup). */
 export async function startImageRegistry(port: number): Promise<ImageRegistry | string> {
   const binary = registryBinary();

@@ -18,6 +18,7 @@ import { StandInImages } from './modal-stand-in/images';
 import type { Message } from './modal-stand-in/proto';
 import { grpcError, serviceDefinition } from './modal-stand-in/proto';
 import { StandInSandboxes } from './modal-stand-in/sandboxes';
+import { StandInFaults } from './stand-in-faults';
 
 /** On every container and image the stand-in makes: the instance's id. */
 export const MODAL_STAND_IN_LABEL = 'rollout.modal-stand-in';
@@ -58,6 +59,7 @@ export class ModalStandIn implements CloudStandIn {
   private readonly boxes = new StandInSandboxes(this.docker, this.imageStore, this.label);
   private readonly execs = new StandInExecs(this.docker);
   private readonly apps = new Map<string, string>();
+  private readonly faults = new StandInFaults();
   private quotaFailures = 0;
   private port = 0;
   /** Calls per method, for tests that check what the SDK asked. */
@@ -73,6 +75,15 @@ export class ModalStandIn implements CloudStandIn {
 
   failNextCreates(count: number): void {
     this.quotaFailures = count;
+  }
+
+  setFaults(faults: { rate: number }): void {
+    this.faults.set(faults);
+  }
+
+  /** A rate-limited call: Modal answers gRPC RESOURCE_EXHAUSTED (its wording is not published: docs/modal.md). */
+  private throttle(): void {
+    if (this.faults.hit()) throw grpcError(status.RESOURCE_EXHAUSTED, 'Rate limit exceeded (stand-in fault)');
   }
 
   async sandboxes(): Promise<string[]> {
@@ -124,6 +135,7 @@ export class ModalStandIn implements CloudStandIn {
       unary((request, call) => {
         this.count(name);
         this.authorize(call);
+        this.throttle();
         return handler(request, call);
       });
     return {
@@ -199,6 +211,7 @@ export class ModalStandIn implements CloudStandIn {
         if (!call.metadata.get('authorization')[0]?.toString().startsWith('Bearer ')) {
           throw grpcError(status.UNAUTHENTICATED, 'missing the command router JWT');
         }
+        this.throttle();
         return handler(request, call);
       });
     const running = (taskId: string) => {

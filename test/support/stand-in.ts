@@ -1,5 +1,5 @@
 /**
- * `npm run stand-in -- <modal|daytona|e2b|fly>`: starts one vendor's stand-in (test/support/<vendor>-stand-in.ts),
+ * `npm run stand-in -- <modal|daytona|e2b|fly> [--faults rate=0.2]`: starts one vendor's stand-in (test/support/<vendor>-stand-in.ts),
  * prints `export NAME=value` lines that point the vendor's SDK and Rollout's credentials check at it (eval them, or
  * paste them, in the shell that runs `rollout`), and runs until stopped: SIGINT or SIGTERM removes its sandboxes
  * (containers) and images. Not the vendor: see docs/environments.md.
@@ -9,6 +9,7 @@ import { startDaytonaStandIn } from './daytona-stand-in';
 import { startE2BStandIn } from './e2b-stand-in';
 import { startFlyStandIn } from './fly-stand-in';
 import { startModalStandIn } from './modal-stand-in';
+import { parseFaults } from './stand-in-faults';
 
 /** Each vendor's stand-in: one line each. */
 const STAND_INS: Record<CloudVendor, () => Promise<CloudStandIn>> = {
@@ -29,10 +30,25 @@ function shellValue(value: string): string {
   return /^[\w@%+=:,./-]*$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
+/** `<vendor> [--faults rate=<0..1>]`. */
+function parseArgs(args: string[]): { vendor: string; faults: { rate: number } | null } {
+  const [vendor = '', ...rest] = args;
+  let faults: { rate: number } | null = null;
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i]!;
+    if (arg === '--faults') faults = parseFaults(rest[++i] ?? '');
+    else if (arg.startsWith('--faults=')) faults = parseFaults(arg.slice('--faults='.length));
+    else throw new Error(`unknown argument "${arg}" (expected --faults rate=<0..1>)`);
+  }
+  return { vendor, faults };
+}
+
 async function main(): Promise<void> {
-  const vendor = process.argv[2] ?? '';
   let start: () => Promise<CloudStandIn>;
+  let vendor: string;
+  let faults: { rate: number } | null;
   try {
+    ({ vendor, faults } = parseArgs(process.argv.slice(2)));
     start = standInStarter(vendor);
   } catch (err) {
     console.error(`stand-in: ${(err as Error).message}`);
@@ -60,8 +76,12 @@ async function main(): Promise<void> {
   process.on('SIGTERM', onSignal);
   standIn = await start();
   if (stopping) return stop();
+  if (faults) standIn.setFaults(faults);
   for (const [name, value] of Object.entries(standIn.env)) console.log(`export ${name}=${shellValue(value)}`);
-  console.error(`stand-in: ${vendor} stand-in running (its sandboxes are local Docker containers); Ctrl-C stops it`);
+  const faulty = faults ? `; ${faults.rate * 100}% of API calls answered with ${vendor}'s rate-limit reply` : '';
+  console.error(
+    `stand-in: ${vendor} stand-in running (its sandboxes are local Docker containers${faulty}); Ctrl-C stops it`
+  );
 }
 
 if (require.main === module) {

@@ -13,10 +13,13 @@ export class CloudQuotaError extends Error {
   constructor(
     readonly provider: string,
     readonly vendorMessage: string,
-    waitedMs: number
+    /** null: a quota that waiting does not clear (refused at once). */
+    waitedMs: number | null
   ) {
     super(
-      `${provider}: quota or rate limit, still refused after waiting ${Math.round(waitedMs / 1000)} s: ${vendorMessage}`
+      waitedMs === null
+        ? `${provider}: a quota that waiting does not clear (raise it with the vendor): ${vendorMessage}`
+        : `${provider}: quota or rate limit, still refused after waiting ${Math.round(waitedMs / 1000)} s: ${vendorMessage}`
     );
     this.name = 'CloudQuotaError';
   }
@@ -30,6 +33,11 @@ export interface QuotaBackoffOptions {
   signal?: AbortSignal;
   /** Told of every wait (for the trial log). */
   onWait?: (delayMs: number, vendorMessage: string) => void;
+  /**
+   * The vendor's message when its error is a quota that never clears by waiting (a snapshot quota, a per-sandbox
+   * maximum): refused at once, as a CloudQuotaError; else null.
+   */
+  lasting?: (err: unknown) => string | null;
 }
 
 const DEFAULT_MAX_WAIT_SEC = 300;
@@ -61,6 +69,8 @@ export async function withQuotaBackoff<T>(
     try {
       return await call();
     } catch (err) {
+      const lasting = options.lasting?.(err) ?? null;
+      if (lasting !== null) throw new CloudQuotaError(provider, lasting, null);
       const message = quotaMessage(err);
       if (message === null) throw err;
       const waited = Date.now() - begun;

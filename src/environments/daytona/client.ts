@@ -6,6 +6,8 @@
 import type { Sandbox } from '@daytonaio/sdk';
 import { Daytona, DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk';
 
+import type { QuotaBackoffOptions } from '../cloud/quota';
+import { withQuotaBackoff } from '../cloud/quota';
 import { API_KEY_VARIABLE } from './credentials';
 
 export class DaytonaClients {
@@ -28,7 +30,7 @@ export class DaytonaClients {
   async sandbox(id: string): Promise<Sandbox> {
     let sandbox = this.sandboxes.get(id);
     if (!sandbox) {
-      sandbox = await this.client().get(id);
+      sandbox = await daytonaCall(() => this.client().get(id));
       this.sandboxes.set(id, sandbox);
     }
     return sandbox;
@@ -51,6 +53,41 @@ export function daytonaQuotaMessage(err: unknown): string | null {
   if (!(err instanceof DaytonaError)) return null;
   const quota = (err.statusCode === 400 || err.statusCode === 403) && /quota|limit exceeded/i.test(err.message);
   return err.statusCode === 429 || quota ? err.message : null;
+}
+
+/**
+ * The vendor's message when `err` is a quota that waiting does not clear: the organization's snapshot quota
+ * (apps/api/src/sandbox/services/snapshot.service.ts: "Snapshot quota exceeded. Maximum allowed: 30"), a per-sandbox
+ * maximum (sandbox.service.ts validateOrganizationQuotas, HTTP 403: "CPU request 8 exceeds maximum allowed per
+ * sandbox (4)"), or the snapshot size limit (snapshot.manager.ts: "Snapshot size (…GB) exceeds maximum allowed size
+ * of 20GB"); else null. Refused at once (withQuotaBackoff's `lasting`).
+ */
+export function daytonaLastingQuota(err: unknown): string | null {
+  if (!(err instanceof DaytonaError)) return null;
+  return /snapshot quota exceeded|exceeds (the )?maximum allowed/i.test(err.message) ? err.message : null;
+}
+
+/**
+ * Every Daytona API call goes through here: a rate limit (429: the SDK maps it to DaytonaRateLimitError and does not
+ * retry, errors/DaytonaError.js) or a passing quota is waited on; a lasting quota is refused at once.
+ */
+export function daytonaCall<T>(call: () => Promise<T>, options: QuotaBackoffOptions = {}): Promise<T> {
+  return withQuotaBackoff('daytona', daytonaQuotaMessage, call, { ...options, lasting: daytonaLastingQuota });
+}
+
+/**
+ * A snapshot a sandbox cannot start from: missing (HTTP 400 at creation, not 404: sandbox.service.ts "Snapshot X not
+ * found. Did you add it through the Daytona Dashboard?"), deactivated after 14 days unused ("Snapshot X is
+ * inactive"; snapshot.manager.ts DEFAULT_SNAPSHOT_DEACTIVATION_TIMEOUT_MINUTES), or not in the sandbox's region
+ * ("Snapshot X is not available in region Y"). Built or activated again, then the sandbox created again.
+ */
+export function isUnusableSnapshot(err: unknown): boolean {
+  if (isNotFound(err)) return true;
+  return (
+    err instanceof DaytonaError &&
+    err.statusCode === 400 &&
+    /^Snapshot \S+ (not found|is inactive|is not available in region)/.test(err.message)
+  );
 }
 
 export function isNotFound(err: unknown): boolean {

@@ -16,7 +16,7 @@ import { TaskEnvironmentError } from '../environment';
 import { OutputTail } from '../exec-output';
 import { KILL_ALL, envList, commandLine } from '../trial-container';
 import type { DaytonaClients } from './client';
-import { isNotFound } from './client';
+import { daytonaCall, isNotFound } from './client';
 
 export class SandboxExec {
   /** Shell of each sandbox: bash when its image has it, else sh. */
@@ -75,7 +75,7 @@ export class SandboxExec {
   /** One of Rollout's own commands, as root through the toolbox's execute: its exit code and combined output. */
   async root(sandboxId: string, command: string): Promise<{ exitCode: number; output: string }> {
     const sandbox = await this.clients.sandbox(sandboxId);
-    const result = await sandbox.process.executeCommand(command);
+    const result = await daytonaCall(() => sandbox.process.executeCommand(command));
     if (result.exitCode === -1) {
       // The daemon could not start a shell at all: the agent broke the sandbox (deleted /bin/sh).
       throw new TaskEnvironmentError(
@@ -104,27 +104,27 @@ export class SandboxExec {
     streams: { onStdout: (text: string) => void; onStderr?: (text: string) => void }
   ): Promise<StreamedProcess> {
     const sessionId = `rollout-${randomUUID()}`;
-    await sandbox.process.createSession(sessionId);
+    await daytonaCall(() => sandbox.process.createSession(sessionId));
     let deleted: Promise<void> | undefined;
     const kill = () =>
-      (deleted ??= sandbox.process.deleteSession(sessionId).catch((err: unknown) => {
+      (deleted ??= daytonaCall(() => sandbox.process.deleteSession(sessionId)).catch((err: unknown) => {
         // Gone with its sandbox, or with a killAll's kill of the session's shell: nothing left to end.
         if (!isNotFound(err)) log.warn(`daytona: deleting session ${sessionId}: ${(err as Error).message}`);
       }));
     let commandId: string;
     try {
-      ({ cmdId: commandId } = await sandbox.process.executeSessionCommand(sessionId, {
-        command,
-        runAsync: true,
-        suppressInputEcho: true,
-      }));
+      ({ cmdId: commandId } = await daytonaCall(() =>
+        sandbox.process.executeSessionCommand(sessionId, { command, runAsync: true, suppressInputEcho: true })
+      ));
     } catch (err) {
       await kill();
       throw err;
     }
     const exited = sandbox.process
       .getSessionCommandLogs(sessionId, commandId, streams.onStdout, streams.onStderr ?? (() => undefined))
-      .then(async () => (await sandbox.process.getSessionCommand(sessionId, commandId)).exitCode ?? null)
+      .then(
+        async () => (await daytonaCall(() => sandbox.process.getSessionCommand(sessionId, commandId))).exitCode ?? null
+      )
       .catch((err: unknown) => {
         // Killed: its session is gone, and its exit code with it.
         if (!isNotFound(err)) log.warn(`daytona: following ${sessionId}: ${(err as Error).message}`);
@@ -134,7 +134,7 @@ export class SandboxExec {
       exited,
       kill,
       write: async (data) => {
-        await sandbox.process.sendSessionCommandInput(sessionId, commandId, data);
+        await daytonaCall(() => sandbox.process.sendSessionCommandInput(sessionId, commandId, data));
       },
     };
   }
@@ -143,7 +143,7 @@ export class SandboxExec {
   private async shellOf(sandbox: Sandbox): Promise<string> {
     let shell = this.shells.get(sandbox.id);
     if (!shell) {
-      const probe = await sandbox.process.executeCommand('test -x /bin/bash');
+      const probe = await daytonaCall(() => sandbox.process.executeCommand('test -x /bin/bash'));
       shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
       this.shells.set(sandbox.id, shell);
     }

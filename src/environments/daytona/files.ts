@@ -4,16 +4,19 @@
  * its exec.
  */
 import { randomUUID } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 
 import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../trial/types';
 import { packedAt, rootRelative } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
+import { withHostCopy } from '../cloud/host-copy';
 import type { DaytonaClients } from './client';
+import { daytonaCall } from './client';
 import type { SandboxExec } from './exec';
 
 export class SandboxFiles {
@@ -37,8 +40,10 @@ export class SandboxFiles {
   async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
     const sandbox = await this.clients.sandbox(handle.id);
     const file = `/tmp/rollout-upload-${randomUUID()}.tar`;
-    // tar-fs and tar-stream make streamx streams: the SDK takes Node's own.
-    await sandbox.fs.uploadFileStream(Readable.from(archive), file);
+    // Kept on the host while it goes, so a rate-limited upload is sent again whole (a stream goes once).
+    await withHostCopy(archive, (hostFile) =>
+      daytonaCall(() => sandbox.fs.uploadFileStream(createReadStream(hostFile), file))
+    );
     const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
     const { exitCode, output } = await this.execs.root(
       handle.id,
@@ -71,7 +76,7 @@ export class SandboxFiles {
         );
       }
       const sandbox = await this.clients.sandbox(handle.id);
-      const archive = await sandbox.fs.downloadFileStream(file);
+      const archive = await daytonaCall(() => sandbox.fs.downloadFileStream(file));
       await extractArchive(archive, hostDir, budget, base);
     } finally {
       await this.execs.root(handle.id, `rm -f ${file}`);

@@ -27,9 +27,8 @@ import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL, TaskEnvironme
 import type { CollectBudget } from '../host-files';
 import { packedFiles } from '../archives';
 import { KILL_ALL } from '../trial-container';
-import { withQuotaBackoff } from '../cloud/quota';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import { DaytonaClients, daytonaQuotaMessage, isNotFound } from './client';
+import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
 import { SandboxFiles } from './files';
 import { daytonaSettings } from './settings';
@@ -91,17 +90,16 @@ export class DaytonaEnvironment implements Environment {
 
   async start(request: StartRequest): Promise<StartResult> {
     const settings = daytonaSettings(request.settings);
-    // What an earlier, crashed attempt left: all of the trial's sandboxes, or only its separate verifier's.
-    await this.removeTrial(request.trialId, request.settings, request.role);
     const size = sandboxSize(request.resources, request.gpus);
     const client = this.clients.client(settings.target);
     const timeout = Math.ceil((request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS) / 1000);
     const create = () =>
-      withQuotaBackoff(
-        'daytona',
-        daytonaQuotaMessage,
-        () =>
-          client.create(
+      daytonaCall(
+        async () => {
+          // What an earlier, crashed attempt left (all of the trial's sandboxes, or only its separate verifier's),
+          // or a creation that a rate limit cut off while it waited for the sandbox to start.
+          await this.removeTrial(request.trialId, request.settings, request.role);
+          return client.create(
             {
               snapshot: request.image,
               name: `rollout-${randomUUID()}`,
@@ -121,12 +119,14 @@ export class DaytonaEnvironment implements Environment {
               networkBlockAll: request.network === 'none',
             },
             { timeout }
-          ),
+          );
+        },
         { maxWaitMs: this.quotaWaitMs, signal: request.signal }
       );
     const sandbox = await create().catch(async (err: unknown) => {
-      // Released by another job meanwhile (delete: true): built again from the task's folder.
-      if (!isNotFound(err) || !request.environmentDir || !request.envKey) throw err;
+      // Released by another job meanwhile (delete: true), or deactivated by Daytona after 14 days unused: built or
+      // activated again (see isUnusableSnapshot).
+      if (!isUnusableSnapshot(err) || !request.environmentDir || !request.envKey) throw err;
       await this.images.ensure(request.image, {
         contextDir: request.environmentDir,
         envKey: request.envKey,
@@ -175,7 +175,7 @@ export class DaytonaEnvironment implements Environment {
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
     try {
       const sandbox = await this.clients.sandbox(handle.id);
-      await sandbox.refreshData();
+      await daytonaCall(() => sandbox.refreshData());
       return sandbox.state === 'started';
     } catch (err) {
       if (isNotFound(err)) return false;
@@ -186,7 +186,7 @@ export class DaytonaEnvironment implements Environment {
   /** A phase's network: Daytona blocks the sandbox's outbound traffic, or lets it through again. */
   async setNetwork(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void> {
     const sandbox = await this.clients.sandbox(handle.id);
-    await sandbox.updateNetworkSettings({ networkBlockAll: network === 'none' });
+    await daytonaCall(() => sandbox.updateNetworkSettings({ networkBlockAll: network === 'none' }));
   }
 
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
@@ -206,8 +206,8 @@ export class DaytonaEnvironment implements Environment {
     this.execs.forget(handle.id);
     this.clients.forget(handle.id);
     try {
-      const sandbox = await this.clients.client().get(handle.id);
-      await sandbox.delete();
+      const sandbox = await daytonaCall(() => this.clients.client().get(handle.id));
+      await daytonaCall(() => sandbox.delete());
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
@@ -219,21 +219,27 @@ export class DaytonaEnvironment implements Environment {
       [LABEL_TRIAL]: trialId,
       ...(role ? { [LABEL_ROLE]: role } : {}),
     };
-    const ids: string[] = [];
-    for await (const sandbox of this.clients.client(daytonaSettings(settings).target).list({ labels }))
-      ids.push(sandbox.id);
+    const client = this.clients.client(daytonaSettings(settings).target);
+    const ids = await daytonaCall(async () => {
+      const listed: string[] = [];
+      for await (const sandbox of client.list({ labels })) listed.push(sandbox.id);
+      return listed;
+    });
     for (const id of ids) await this.remove({ id, workdir: '/' });
     return ids.length;
   }
 
   /** Every sandbox of this deployment, whichever worker made it: the janitor removes those whose trial has ended. */
   async heldEnvironments(): Promise<HeldEnvironment[]> {
-    const held: HeldEnvironment[] = [];
-    for await (const sandbox of this.clients.client().list({ labels: { [LABEL_DEPLOYMENT]: this.owner.deployment } })) {
-      const mine = heldSandbox(this.owner, sandbox.id, sandbox.labels);
-      if (mine) held.push(mine);
-    }
-    return held;
+    return daytonaCall(async () => {
+      const held: HeldEnvironment[] = [];
+      const labels = { [LABEL_DEPLOYMENT]: this.owner.deployment };
+      for await (const sandbox of this.clients.client().list({ labels })) {
+        const mine = heldSandbox(this.owner, sandbox.id, sandbox.labels);
+        if (mine) held.push(mine);
+      }
+      return held;
+    });
   }
 
   /** Releases a snapshot this job built (see DaytonaSnapshots.remove); `image` is its name. */

@@ -2,6 +2,8 @@
  * The daytona provider's record (see ../provider.ts): trials in Daytona sandboxes through @daytonaio/sdk. The
  * environment, and the SDK with it (axios, the AWS S3 client, OpenTelemetry), load on first use.
  */
+import path from 'node:path';
+
 import { dockerfileRequirement } from '../dockerfile';
 import type { EnvironmentProvider } from '../provider';
 import { checkDaytonaCredentials } from './credentials';
@@ -27,7 +29,21 @@ export const daytonaProvider: EnvironmentProvider = {
     caTrust: true,
     separateVerifier: false,
   },
-  requirement: (task) => dockerfileRequirement(task, 'daytona'),
+  /** A Dockerfile (or docker_image), and at most 1 GPU: a snapshot or sandbox has `@Max(1)` GPUs (Daytona's DTOs). */
+  async requirement(task) {
+    const gpus = task.config.environment.gpus ?? 0;
+    const tooMany =
+      gpus > 1
+        ? [
+            {
+              file: path.join(task.dir, 'task.toml'),
+              field: 'environment.gpus',
+              message: `${gpus}: a Daytona sandbox has at most 1 GPU`,
+            },
+          ]
+        : [];
+    return [...(await dockerfileRequirement(task, 'daytona')), ...tooMany];
+  },
   check: () => checkDaytonaCredentials(),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)

@@ -8,16 +8,16 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 
-import type { Snapshot } from '@daytonaio/sdk';
+import type { Daytona, Snapshot } from '@daytonaio/sdk';
 import { DaytonaError, Image } from '@daytonaio/sdk';
 
 import type { EnvironmentHandle, TrialResources } from '../../trial/types';
 import { hasDockerfileIn } from '../dockerfile';
 import type { BuildRequest, BuildResult, InstallSnapshots } from '../environment';
 import { LABEL_ENV_KEY, TaskEnvironmentError } from '../environment';
+import { CloudQuotaError } from '../cloud/quota';
 import type { DaytonaClients } from './client';
-import { withQuotaBackoff } from '../cloud/quota';
-import { daytonaQuotaMessage, isNotFound } from './client';
+import { daytonaCall, isNotFound } from './client';
 import { daytonaSettings } from './settings';
 
 const GIB = 2 ** 30;
@@ -52,9 +52,19 @@ export function sandboxSize(resources: TrialResources | undefined, gpus = 0): Sa
   return size;
 }
 
-/** The snapshot of an environment at a size: `rollout-<env key>-<cpu>c<memory>g<disk>d[<gpu>gpu]`. */
-export function snapshotName(envKey: string, size: SandboxSize): string {
-  return `rollout-${envKey}-${size.cpu}c${size.memory}g${size.disk ?? 0}d${size.gpu ? `${size.gpu}gpu` : ''}`;
+/**
+ * The snapshot of an environment at a size in a region: `rollout-<env key>-<cpu>c<memory>g<disk>d[<gpu>gpu][-<target>]`.
+ * Snapshots are available per region (sandbox.service.ts: "Snapshot X is not available in region Y"): one built for
+ * another target is not this one's.
+ */
+export function snapshotName(envKey: string, size: SandboxSize, target = ''): string {
+  const region = target ? `-${target}` : '';
+  return `rollout-${envKey}-${size.cpu}c${size.memory}g${size.disk ?? 0}d${size.gpu ? `${size.gpu}gpu` : ''}${region}`;
+}
+
+/** A job's target (region): its `target` key, else the worker's DAYTONA_TARGET; '' for the account's default. */
+export function daytonaTarget(settings: BuildRequest['settings']): string {
+  return daytonaSettings(settings).target ?? process.env.DAYTONA_TARGET ?? '';
 }
 
 export class DaytonaSnapshots {
@@ -79,7 +89,8 @@ export class DaytonaSnapshots {
         `${path.join(request.contextDir, 'Dockerfile')}: missing, and the task sets no environment.docker_image`
       );
     }
-    return this.ensure(snapshotName(request.envKey, sandboxSize(request.resources, request.gpus)), request);
+    const size = sandboxSize(request.resources, request.gpus);
+    return this.ensure(snapshotName(request.envKey, size, daytonaTarget(request.settings)), request);
   }
 
   /** The snapshot `name` of the request's Dockerfile, waited for when another worker builds it, else built. */
@@ -89,19 +100,32 @@ export class DaytonaSnapshots {
     const forceKey = `${request.jobName}\n${name}`;
     for (;;) {
       request.signal?.throwIfAborted();
-      const existing = await client.snapshot.get(name).catch((err: unknown) => {
-        if (isNotFound(err)) return null;
-        throw err;
-      });
+      const existing = await daytonaCall(() => client.snapshot.get(name), { signal: request.signal }).catch(
+        (err: unknown) => {
+          if (isNotFound(err)) return null;
+          throw err;
+        }
+      );
+      if (existing?.state === 'inactive') {
+        // Deactivated after 14 days unused (snapshot.manager.ts DEFAULT_SNAPSHOT_DEACTIVATION_TIMEOUT_MINUTES):
+        // activated again (snapshot.service.ts activateSnapshot), or, when Daytona refuses that, built again.
+        const activated = await daytonaCall(() => client.snapshot.activate(existing)).then(
+          () => true,
+          (err: unknown) => {
+            if (!(err instanceof DaytonaError) || err instanceof CloudQuotaError) throw err;
+            return false;
+          }
+        );
+        if (!activated) await this.deleteSnapshot(client, existing);
+        continue;
+      }
       const rebuild = request.force && !this.forced.has(forceKey);
       if (
         existing &&
         (existing.state === 'build_failed' || existing.state === 'error' || (rebuild && existing.state === 'active'))
       ) {
         // A failed build is tried again (its cause may have been passing); force_build rebuilds once per job.
-        await client.snapshot.delete(existing).catch((err: unknown) => {
-          if (!isNotFound(err)) throw err;
-        });
+        await this.deleteSnapshot(client, existing);
         continue;
       }
       if (existing?.state === 'active') return { image: name, built: false };
@@ -127,12 +151,10 @@ export class DaytonaSnapshots {
     // A present docker_image alone is taken as is (Daytona pulls it into the snapshot); else the Dockerfile is built.
     const image =
       request.dockerImage && !(await hasDockerfileIn(request.contextDir))
-        ? request.dockerImage
+        ? pulledImage(request.dockerImage)
         : Image.fromDockerfile(path.join(request.contextDir, 'Dockerfile'), { strictContext: true });
     try {
-      return await withQuotaBackoff(
-        'daytona',
-        daytonaQuotaMessage,
+      return await daytonaCall(
         () =>
           client.snapshot.create(
             {
@@ -157,22 +179,31 @@ export class DaytonaSnapshots {
    */
   async remove(image: string, envKey: string): Promise<boolean> {
     const client = this.clients.client();
-    for await (const _ of client.list({ labels: { [LABEL_ENV_KEY]: envKey }, limit: 1 })) return false;
+    const inUse = await daytonaCall(async () => {
+      for await (const _ of client.list({ labels: { [LABEL_ENV_KEY]: envKey }, limit: 1 })) return true;
+      return false;
+    });
+    if (inUse) return false;
     for (const snapshot of await this.allSnapshots()) {
       if (snapshot.name === image || snapshot.name.startsWith(`${image}-agent-`)) {
-        await client.snapshot.delete(snapshot).catch((err: unknown) => {
-          if (!isNotFound(err)) throw err;
-        });
+        await this.deleteSnapshot(client, snapshot);
       }
     }
     return true;
+  }
+
+  /** Deletes a snapshot; one already gone is no error. */
+  private async deleteSnapshot(client: Daytona, snapshot: Snapshot): Promise<void> {
+    await daytonaCall(() => client.snapshot.delete(snapshot)).catch((err: unknown) => {
+      if (!isNotFound(err)) throw err;
+    });
   }
 
   private async allSnapshots(): Promise<Snapshot[]> {
     const client = this.clients.client();
     const all: Snapshot[] = [];
     for (let page = 1; ; page += 1) {
-      const { items, totalPages } = await client.snapshot.list(page, 100);
+      const { items, totalPages } = await daytonaCall(() => client.snapshot.list(page, 100));
       all.push(...items);
       if (page >= totalPages) return all;
     }
@@ -184,13 +215,11 @@ export class DaytonaSnapshots {
       `${baseImage}-agent-${createHash('sha256').update(key).digest('hex').slice(0, 16)}`;
     return {
       find: async (baseImage, key) => {
-        const snapshot = await this.clients
-          .client()
-          .snapshot.get(nameOf(baseImage, key))
-          .catch((err: unknown) => {
-            if (isNotFound(err)) return null;
-            throw err;
-          });
+        const client = this.clients.client();
+        const snapshot = await daytonaCall(() => client.snapshot.get(nameOf(baseImage, key))).catch((err: unknown) => {
+          if (isNotFound(err)) return null;
+          throw err;
+        });
         return snapshot?.state === 'active' ? snapshot.name : null;
       },
       take: async (handle: EnvironmentHandle, key: string) => {
@@ -199,11 +228,22 @@ export class DaytonaSnapshots {
         if (!base.startsWith('rollout-'))
           throw new Error(`sandbox ${handle.id} was not started from a Rollout snapshot`);
         const name = nameOf(base, key);
-        await sandbox.createSnapshot(name, 10 * 60);
+        await daytonaCall(() => sandbox.createSnapshot(name, 10 * 60));
         return name;
       },
     };
   }
+}
+
+/**
+ * A docker_image as Daytona takes it. An image name must carry an explicit tag or digest, and `:latest` is refused
+ * (snapshot.service.ts validateImageName): such a name is built as `FROM <name>` instead, which Daytona's builder pulls
+ * as Docker would.
+ */
+export function pulledImage(dockerImage: string): string | Image {
+  const lastPart = dockerImage.split('/').pop() ?? '';
+  const pinned = dockerImage.includes('@') || (lastPart.includes(':') && !lastPart.endsWith(':latest'));
+  return pinned ? dockerImage : Image.base(dockerImage);
 }
 
 function buildError(message: string): TaskEnvironmentError {

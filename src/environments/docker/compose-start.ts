@@ -47,6 +47,11 @@ export class ComposeStart {
           project,
           main,
           mainImageTag: imageTag(request.envKey ?? ''),
+          limits: {
+            cpus: request.resources.cpus,
+            memoryBytes: request.resources.memoryBytes,
+            pidsLimit: request.resources.pidsLimit,
+          },
           labels,
           waitTimeoutSec: COMPOSE_WAIT_TIMEOUT_SEC,
         },

@@ -11,6 +11,8 @@ import path from 'node:path';
 
 import { LineTail, runCommand } from '../cli-command';
 import { TaskEnvironmentError } from '../environment';
+import type { ComposeModel, ComposeProblem, ComposeService } from './compose-policy';
+import { hardenModel, modelProblems, rawComposeProblems } from './compose-policy';
 
 /** The service that is the trial's container. */
 export const MAIN_SERVICE = 'main';
@@ -18,28 +20,6 @@ export const MAIN_SERVICE = 'main';
 export const LABEL_COMPOSE_PROJECT = 'com.docker.compose.project';
 export const LABEL_COMPOSE_SERVICE = 'com.docker.compose.service';
 const OUTPUT_LINES = 40;
-
-/** The parts of a resolved compose model (`docker compose config --format json`) Rollout reads or changes. */
-interface ComposeModel {
-  name?: string;
-  services: Record<string, ComposeService>;
-  networks?: Record<string, ComposeResource | null>;
-  volumes?: Record<string, ComposeResource | null>;
-}
-
-interface ComposeService {
-  image?: string;
-  build?: { labels?: Record<string, string> } & Record<string, unknown>;
-  labels?: Record<string, string>;
-  pull_policy?: string;
-  [key: string]: unknown;
-}
-
-interface ComposeResource {
-  external?: boolean;
-  labels?: Record<string, string>;
-  [key: string]: unknown;
-}
 
 /** The task's docker-compose.yaml (or .yml) in its environment/ folder, or null. */
 export async function taskComposeFile(environmentDir: string): Promise<string | null> {
@@ -137,6 +117,7 @@ export async function buildSidecars(
     { image: mainImageTag },
     context
   );
+
   const built: [string, ComposeService][] = [];
   for (const [name, service] of Object.entries(model.services)) {
     if (name !== MAIN_SERVICE && service.build && !(await context.isBuilt(sidecarImage(mainImageTag, name)))) {
@@ -145,6 +126,7 @@ export async function buildSidecars(
   }
   if (!built.length) return;
   for (const [name, service] of built) {
+    // The task's own `image` of a built service is replaced: Rollout chooses every tag a build makes.
     service.image = sidecarImage(mainImageTag, name);
     service.build = {
       ...service.build,
@@ -165,6 +147,8 @@ export interface ComposeStart {
   main: Record<string, unknown>;
   /** The main image's tag before the job's reference was added: sidecars built for it carry it in their tags. */
   mainImageTag: string;
+  /** The trial's limits: no sidecar gets more. */
+  limits: { cpus: number; memoryBytes: number; pidsLimit: number };
   /** Every container, network and volume of the project gets these (ownership, job, trial). */
   labels: Record<string, string>;
   waitTimeoutSec: number;
@@ -176,6 +160,7 @@ export interface ComposeStart {
  */
 export async function composeUp(start: ComposeStart, context: ComposeContext): Promise<void> {
   const model = await resolvedModel(start.composeFile, start.project, escaped(start.main), context);
+  hardenModel(model, escaped(start.main), start.limits);
   for (const [name, service] of Object.entries(model.services)) {
     service.labels = { ...service.labels, ...start.labels };
     if (name !== MAIN_SERVICE && service.build) {
@@ -205,13 +190,21 @@ export function serviceFilter(project: string, service = MAIN_SERVICE): string[]
   return [`${LABEL_COMPOSE_PROJECT}=${project}`, `${LABEL_COMPOSE_SERVICE}=${service}`];
 }
 
-/** The task's compose file over Rollout's main service, resolved by compose itself (merge, paths, interpolation). */
+/**
+ * The task's compose file over Rollout's main service, resolved by compose itself (merge, paths, interpolation) and
+ * checked key by key (src/environments/docker/compose-policy.ts): a refusal is the task's EnvironmentStartError.
+ * Compose runs with the task's own env and the infra variables only, never this worker's environment.
+ */
 async function resolvedModel(
   composeFile: string,
   project: string,
   main: Record<string, unknown>,
   context: ComposeContext
 ): Promise<ComposeModel> {
+  const projectDir = path.dirname(composeFile);
+  const taskDir = path.dirname(projectDir);
+  const raw = await rawComposeProblems(await readFile(composeFile, 'utf8'), composeFile, taskDir);
+  if (raw.length) throw refusal(composeFile, raw);
   const volumes = context.infra?.volumes ?? {};
   const mounts = Object.entries(volumes).map(([name, folder]) => `${name}:${folder}`);
   const base = {
@@ -222,13 +215,13 @@ async function resolvedModel(
   try {
     const baseFile = path.join(dir, 'rollout-main.json');
     await writeFile(baseFile, JSON.stringify(base));
-    const projectDir = path.dirname(composeFile);
     const args = ['-p', project, '--project-directory', projectDir, '-f', baseFile, '-f', composeFile];
     let stdout = '';
     const tail = new LineTail(OUTPUT_LINES);
     const exitCode = await runCommand('docker', ['compose', ...args, 'config', '--format', 'json'], {
       signal: context.signal,
-      env: { ...context.infra?.variables, DOCKER_HOST: context.dockerHost },
+      env: composeEnv(context, context.infra?.variables),
+      isolated: true,
       onOutput: (text) => tail.add(text),
       onStdout: (text) => (stdout += text),
     });
@@ -236,9 +229,71 @@ async function resolvedModel(
     if (exitCode !== 0) {
       throw new TaskEnvironmentError('EnvironmentStartError', `${composeFile}: ${composeMessage(tail.text())}`);
     }
-    return JSON.parse(stdout) as ComposeModel;
+    const model = JSON.parse(stdout) as ComposeModel;
+    const problems = await modelProblems(model, project, taskDir, main);
+    if (problems.length) throw refusal(composeFile, problems);
+    return model;
   } finally {
     await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The only environment compose sees: the daemon's address and `variables` (never this worker's own). */
+function composeEnv(context: ComposeContext, variables: Record<string, string> = {}): Record<string, string> {
+  const own = Object.fromEntries(
+    Object.entries(variables).filter(([name]) => !/^(DOCKER|COMPOSE|BUILDKIT)_/.test(name))
+  );
+  return { ...own, DOCKER_HOST: context.dockerHost };
+}
+
+/** A compose file Rollout refuses to run: the task's start error, with each refused field. */
+export class ComposeRefusal extends TaskEnvironmentError {
+  constructor(
+    readonly composeFile: string,
+    readonly problems: ComposeProblem[]
+  ) {
+    const lines = problems.slice(0, 10).map((problem) => `${composeFile}: ${problem.field}: ${problem.message}`);
+    const more = problems.length > 10 ? ` (and ${problems.length - 10} more)` : '';
+    super('EnvironmentStartError', `${lines.join('; ')}${more}`);
+  }
+}
+
+function refusal(composeFile: string, problems: ComposeProblem[]): ComposeRefusal {
+  return new ComposeRefusal(composeFile, problems);
+}
+
+/**
+ * The task's compose file checked before any trial (the plan): read and resolved as a trial would, with placeholder
+ * infra values, and judged key by key. Each refusal names the file and field. Without the docker CLI on this machine
+ * only the file itself is checked; the trial's start checks the rest.
+ */
+export async function composeFileProblems(
+  composeFile: string,
+  taskEnv: Record<string, string>
+): Promise<ComposeProblem[]> {
+  const environmentDir = path.dirname(composeFile);
+  const infra = await composeInfra(composeFile, {
+    contextDir: environmentDir,
+    mainImage: 'rollout-plan-check',
+    prebuilt: false,
+    cpus: 1,
+    memoryBytes: 2 ** 30,
+    taskEnv,
+  });
+  const context = {
+    dockerHost: process.env.DOCKER_HOST || 'unix:///var/run/docker.sock',
+    infra,
+    signal: AbortSignal.timeout(60_000),
+  };
+  try {
+    await resolvedModel(composeFile, 'rollout-plan-check', { image: 'rollout-plan-check' }, context);
+    return [];
+  } catch (err) {
+    if (err instanceof ComposeRefusal) return err.problems;
+    if (err instanceof TaskEnvironmentError && !/ENOENT|not installed/.test(err.message)) {
+      return [{ field: '(file)', message: err.message.slice(composeFile.length + 2) }];
+    }
+    return [];
   }
 }
 
@@ -256,7 +311,8 @@ async function compose(
     const project = model.name ? ['-p', model.name] : [];
     const exitCode = await runCommand('docker', ['compose', ...project, '-f', file, ...args], {
       signal: context.signal,
-      env: { DOCKER_HOST: context.dockerHost },
+      env: composeEnv(context),
+      isolated: true,
       onOutput: (text) => tail.add(text),
     });
     if (exitCode !== 0 && /'compose' is not a docker command|unknown command: docker compose/.test(tail.text())) {

@@ -20,7 +20,9 @@ import { KEEP_ALIVE, envList, isKeepAlive } from '../trial-container';
 import type { DockerCleanup } from './cleanup';
 import type { ComposeStart } from './compose-start';
 import { projectName, taskComposeFile } from './compose';
+import { DROPPED_CAPABILITIES, SECURITY_OPTIONS } from './compose-policy';
 import type { DockerExec } from './exec';
+import type { DockerNetwork } from './network';
 import { LABEL_PUBLIC_NETWORKS } from './network';
 import type { StartFiles } from './start-files';
 
@@ -33,7 +35,13 @@ export class DockerContainers {
 
   constructor(
     private readonly engine: DockerEngine,
-    private readonly parts: { execs: DockerExec; cleanup: DockerCleanup; files: StartFiles; compose: ComposeStart }
+    private readonly parts: {
+      execs: DockerExec;
+      cleanup: DockerCleanup;
+      files: StartFiles;
+      compose: ComposeStart;
+      network: DockerNetwork;
+    }
   ) {}
 
   private get execs(): DockerExec {
@@ -72,8 +80,11 @@ export class DockerContainers {
     };
     const nanoCpus = await this.nanoCpus(request.resources.cpus);
     const composeFile = request.environmentDir && !request.role ? await taskComposeFile(request.environmentDir) : null;
-    // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves.
-    const publicNetworks = composeFile ? `${projectName(request.trialName, request.trialId)}_default` : 'bridge';
+    // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves. A compose
+    // project's is its own; other containers share one where containers cannot reach each other.
+    const publicNetworks = composeFile
+      ? `${projectName(request.trialName, request.trialId)}_default`
+      : await this.parts.network.trialNetwork();
     Object.assign(labels, { [LABEL_PUBLIC_NETWORKS]: publicNetworks });
     if (composeFile) {
       const main = {
@@ -86,6 +97,7 @@ export class DockerContainers {
         mem_limit: Math.round(request.resources.memoryBytes),
         memswap_limit: Math.round(request.resources.memoryBytes),
         pids_limit: request.resources.pidsLimit,
+        // (Capabilities and no-new-privileges: every service gets them, see hardenModel.)
         ...(request.network === 'none' ? { network_mode: 'none' } : {}),
         ...(gpus.length
           ? {
@@ -117,8 +129,11 @@ export class DockerContainers {
         Memory: Math.round(request.resources.memoryBytes),
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
         PidsLimit: request.resources.pidsLimit,
+        // No raw sockets (ARP spoofing of the containers beside it) or device nodes; setuid binaries gain nothing.
+        CapDrop: DROPPED_CAPABILITIES,
+        SecurityOpt: SECURITY_OPTIONS,
         // no-network: only loopback. setNetwork connects it for a phase that may reach the network.
-        ...(request.network === 'none' ? { NetworkMode: 'none' } : {}),
+        NetworkMode: request.network === 'none' ? 'none' : publicNetworks,
         ...(gpus.length ? { DeviceRequests: gpus } : {}),
       },
     };

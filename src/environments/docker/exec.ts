@@ -10,7 +10,7 @@ import { TaskEnvironmentError } from '../environment';
 import { OutputTail, TextSink } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';
-import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, envList } from '../trial-container';
+import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, KILL_ALL_REFUSED, envList } from '../trial-container';
 import { StepShell } from './shell';
 
 /** How long a streamed process may take to end once its stdin is closed, before its stream is dropped. */
@@ -159,6 +159,9 @@ export class DockerExec {
    * kept for the verifier.
    */
   async killAll(handle: EnvironmentHandle): Promise<void> {
+    // Never `kill -9 -1` in a container that shares another's (or the host's) processes: it would kill those too.
+    const pidMode = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.HostConfig?.PidMode ?? '';
+    if (pidMode !== '' && pidMode !== 'private') return this.restart(handle.id, `pid mode ${pidMode}`);
     let killed: { exitCode: number | null };
     try {
       killed = await this.collectExec(handle.id, { Cmd: [await this.shellOf(handle.id), '-c', KILL_ALL], User: '0' });
@@ -166,7 +169,9 @@ export class DockerExec {
       if (!(err instanceof TaskEnvironmentError)) throw err;
       return this.restart(handle.id, err.message);
     }
-    if (killed.exitCode === KILL_ALL_LEFT_ZOMBIES) {
+    if (killed.exitCode === KILL_ALL_REFUSED) {
+      await this.restart(handle.id, "kill-all refused: the container sees the host's processes");
+    } else if (killed.exitCode === KILL_ALL_LEFT_ZOMBIES) {
       await this.restart(handle.id, 'the killed processes hold most of the pids limit (zombies of PID 1)');
     }
   }

@@ -63,6 +63,7 @@ export class DockerEnvironment implements Environment {
       cleanup: this.cleanup,
       files: new StartFiles(this.engine, this.execs),
       compose: this.compose,
+      network: this.network,
     });
   }
 

@@ -7,8 +7,55 @@ import type { EnvironmentHandle } from '../../trial/types';
 /** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
 export const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';
 
+/**
+ * The network of every trial container that is not a compose project's: a bridge with inter-container traffic off,
+ * so a trial cannot reach (or tamper with) another trial's container, of its job or any other; each reaches the
+ * outside and this host (the model gateway) as on the default bridge. Shared by every Rollout process on the daemon
+ * and never removed (it holds nothing).
+ */
+export const TRIALS_NETWORK = 'rollout-trials';
+const ICC_OPTION = 'com.docker.network.bridge.enable_icc';
+
 export class DockerNetwork {
+  private trialsNetwork: Promise<string> | undefined;
+
   constructor(private readonly docker: Docker) {}
+
+  /** TRIALS_NETWORK, created on first use (another process may create it at the same moment: that one is used). */
+  trialNetwork(): Promise<string> {
+    this.trialsNetwork ??= this.ensureTrialsNetwork().catch((err: unknown) => {
+      this.trialsNetwork = undefined;
+      throw err;
+    });
+    return this.trialsNetwork;
+  }
+
+  private async ensureTrialsNetwork(): Promise<string> {
+    const found = async () =>
+      (await this.docker.listNetworks({ filters: { name: [TRIALS_NETWORK] } })).find((n) => n.Name === TRIALS_NETWORK);
+    let network = await found();
+    if (!network) {
+      await this.docker
+        .createNetwork({
+          Name: TRIALS_NETWORK,
+          Driver: 'bridge',
+          CheckDuplicate: true,
+          Options: { [ICC_OPTION]: 'false' },
+          Labels: { 'rollout.network': 'trials' },
+        })
+        .catch((err: unknown) => {
+          if ((err as { statusCode?: number }).statusCode !== 409) throw err;
+        });
+      network = await found();
+    }
+    // A network of this name made by something else, with containers talking to each other, is not one to trust.
+    if (network?.Options?.[ICC_OPTION] !== 'false') {
+      throw new Error(
+        `docker network ${TRIALS_NETWORK} exists without ${ICC_OPTION}=false: remove it (docker network rm ${TRIALS_NETWORK})`
+      );
+    }
+    return TRIALS_NETWORK;
+  }
 
   /**
    * The container on its own networks (the default bridge; a compose project's network), or on none at all. A container created with NetworkMode none holds

@@ -18,16 +18,26 @@ export class SandboxCommands {
     const sandbox = await this.sandboxOf(handle);
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const command = await sandbox.commands.run(request.command, {
-      background: true,
-      user: request.user ?? 'root',
-      cwd: request.cwd ?? handle.workdir,
-      envs: request.env,
-      // No limit on envd's side: the timeout below kills the whole sandbox's processes, not just this one.
-      timeoutMs: 0,
-      onStdout: (text) => void stdout.write(text),
-      onStderr: (text) => void stderr.write(text),
-    });
+    const cwd = request.cwd ?? handle.workdir;
+    const command = await sandbox.commands
+      .run(request.command, {
+        background: true,
+        user: request.user ?? 'root',
+        cwd,
+        envs: request.env,
+        // No limit on envd's side: the timeout below kills the whole sandbox's processes, not just this one.
+        timeoutMs: 0,
+        onStdout: (text) => void stdout.write(text),
+        onStderr: (text) => void stderr.write(text),
+      })
+      .catch((err: unknown) => {
+        // envd refuses a working directory that does not exist with an RPC error (InvalidArgument "cwd '…' does not
+        // exist": envd/internal/services/process/handler/handler.go:239); elsewhere that is the command's exit 1.
+        if (err instanceof sdk().InvalidArgumentError && /cwd '.*' does not exist/.test(err.message)) return null;
+        throw err;
+      });
+    if (!command)
+      return { exitCode: 1, stdout: '', stderr: `cd: ${cwd}: No such file or directory\n`, timedOut: false };
     const outcome = await settle(command, request.timeoutMs, request.signal);
     if (outcome.kind === 'ended') {
       return { exitCode: outcome.exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };

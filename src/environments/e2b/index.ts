@@ -102,23 +102,37 @@ export class E2BEnvironment implements Environment {
     await this.removeTrial(request.trialId, request.settings);
     const { Sandbox } = sdk();
     const timeoutSec = Math.min(MAX_TIMEOUT_SEC, sandboxLifetimeSec(request.budgetSec));
-    const sandbox = await withE2BQuota(
-      'sandbox creation',
-      this.quotaWaitMs,
-      () =>
-        Sandbox.create(request.image, {
-          metadata: sandboxLabels(this.owner, request),
-          envs: request.env,
-          allowInternetAccess: request.network !== 'none',
-          timeoutMs: timeoutSec * 1000,
-          signal: request.signal,
-        }),
-      request.signal
-    );
+    const create = (lifetimeSec: number) =>
+      withE2BQuota(
+        'sandbox creation',
+        this.quotaWaitMs,
+        () =>
+          Sandbox.create(request.image, {
+            metadata: sandboxLabels(this.owner, request),
+            envs: request.env,
+            allowInternetAccess: request.network !== 'none',
+            timeoutMs: lifetimeSec * 1000,
+            signal: request.signal,
+          }),
+        request.signal
+      );
+    const warnings: string[] = [];
+    const sandbox = await create(timeoutSec).catch((err: unknown) => {
+      // The team's plan caps a sandbox's length (Hobby: 1 h), checked at creation (e2b-dev/infra
+      // handlers/timeout_helper.go:30-33): the sandbox is created for that long, and the trial log says so.
+      const hours = /Timeout cannot be greater than (\d+) hours/.exec(err instanceof Error ? err.message : '')?.[1];
+      if (!hours) throw err;
+      warnings.push(
+        `e2b: the team's plan lets a sandbox live at most ${hours} h, less than the trial's budget and clean-up ` +
+          `(${Math.ceil(timeoutSec / 60)} min): E2B may end it before the trial does`
+      );
+      return create(Number(hours) * 3600);
+    });
     this.connected.set(sandbox.sandboxId, Promise.resolve(sandbox));
     const id = sandbox.sandboxId;
     try {
-      return await this.prepare({ id, workdir: '/' }, request, settings);
+      const started = await this.prepare({ id, workdir: '/' }, request, settings);
+      return warnings.length ? { ...started, warnings } : started;
     } catch (err) {
       await this.remove({ id, workdir: '/' });
       throw err;
@@ -172,15 +186,13 @@ export class E2BEnvironment implements Environment {
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
-    return sdk()
-      .Sandbox.getInfo(handle.id)
-      .then(
-        (info) => info.state === 'running',
-        (err: unknown) => {
-          if (err instanceof sdk().SandboxNotFoundError) return false;
-          throw err;
-        }
-      );
+    return withE2BQuota('sandbox info', this.quotaWaitMs, () => sdk().Sandbox.getInfo(handle.id)).then(
+      (info) => info.state === 'running',
+      (err: unknown) => {
+        if (err instanceof sdk().SandboxNotFoundError) return false;
+        throw err;
+      }
+    );
   }
 
   /** A sandbox cannot be stopped and kept here (pausing keeps it billed for storage): stopping kills it. */

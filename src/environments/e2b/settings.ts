@@ -13,8 +13,24 @@ export const E2BSettingsSchema = z.strictObject({
     .string()
     .regex(/^[a-z0-9][a-z0-9_-]{0,29}$/, 'lower-case letters, digits, "-" and "_" (at most 30)')
     .default('rollout'),
-  /** vCPUs and memory of the template (E2B sets them per template, not per sandbox); else E2B's defaults. */
-  cpu_count: z.number().int().min(1).max(64).optional(),
-  memory_mb: z.number().int().min(128).optional(),
+  /**
+   * vCPUs and memory of the template (E2B sets them per template, not per sandbox); else E2B's defaults. E2B's rules
+   * (e2b-dev/infra packages/api/internal/team/limits.go:13-80): CPUs 1 or an even count, at most 32
+   * (constants/templates.go:5 MaxTemplateCPU); memory at least 128 MiB and even. The team's own maximum (its plan)
+   * is E2B's to check.
+   */
+  cpu_count: z
+    .number()
+    .int()
+    .min(1)
+    .max(32, 'at most 32 (E2B MaxTemplateCPU)')
+    .refine((cpus) => cpus === 1 || cpus % 2 === 0, 'E2B: CPU count must be 1 or an even number')
+    .optional(),
+  memory_mb: z
+    .number()
+    .int()
+    .min(128)
+    .refine((mb) => mb % 2 === 0, 'E2B: memory must be divisible by 2')
+    .optional(),
 });
 export type E2BSettings = z.infer<typeof E2BSettingsSchema>;

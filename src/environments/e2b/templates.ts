@@ -9,6 +9,7 @@ import path from 'node:path';
 
 import type { BuildRequest } from '../environment';
 import { TaskEnvironmentError } from '../environment';
+import { quotaMaxWaitMs } from '../cloud/quota';
 import { e2bQuotaMessage, withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
 import { sdk } from './sdk';
@@ -43,7 +44,11 @@ export async function buildTemplate(
     throw new TaskEnvironmentError('EnvironmentBuildError', `e2b template of ${request.contextDir}: ${message(err)}`);
   }
   try {
-    await withE2BQuota('template build', quotaWaitMs, () =>
+    // A team's concurrent builds are limited (429 "you have reached the maximum number of concurrent template
+    // builds": e2b-dev/infra template/register_build.go:75-98): another build ends within its own limit, so this
+    // one waits that long, not only the quota wait.
+    const buildWaitMs = Math.max(quotaWaitMs ?? quotaMaxWaitMs(), request.timeoutMs);
+    await withE2BQuota('template build', buildWaitMs, () =>
       Template.build(template, name, {
         ...options,
         tags: ['default', tag],

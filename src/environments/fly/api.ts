@@ -5,6 +5,8 @@
  */
 import { z } from 'zod';
 
+import { withQuotaBackoff } from '../cloud/quota';
+
 export const DEFAULT_FLY_API = 'https://api.machines.dev';
 
 const MachineSchema = z.looseObject({
@@ -118,7 +120,17 @@ export class FlyApi {
     return `/v1/apps/${enc(app)}/machines/${enc(id)}`;
   }
 
-  private async call(
+  /**
+   * One API call. Fly rate-limits per action and per machine: a 429 (or a passing capacity reply) on any call is
+   * waited on and the call sent again (a refused request did nothing), up to ROLLOUT_CLOUD_QUOTA_WAIT_SEC.
+   */
+  private call(method: string, path: string, what: string, body?: unknown, signal?: AbortSignal): Promise<unknown> {
+    return withQuotaBackoff('fly', flyQuotaMessage, () => this.send(method, path, what, body, signal), {
+      ...(signal ? { signal } : {}),
+    });
+  }
+
+  private async send(
     method: string,
     path: string,
     what: string,

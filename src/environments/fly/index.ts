@@ -6,7 +6,7 @@
  */
 import type { EnvironmentHandle } from '../../trial/types';
 import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import { withQuotaBackoff } from '../cloud/quota';
+import { fittedGuest, wantedGuest } from '../cloud/guest-size';
 import type {
   BuildRequest,
   BuildResult,
@@ -26,16 +26,14 @@ import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../image-builder/engine';
 import { RegistryImages } from '../image-builder/registry-images';
 import type { FlyMachineConfig } from './api';
-import { DEFAULT_FLY_API, FlyApi, FlyApiError, flyQuotaMessage } from './api';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
+import { flyGuestSize } from './guest';
 import { FLY_KILL_ALL, MachineExec, machineRef } from './machine-exec';
 import type { FlySettings } from './settings';
 import { FlySettingsSchema, flyApp, flyRegistry } from './settings';
 
 const DEFAULT_START_TIMEOUT_MS = 10 * 60_000;
 const WORKDIR_FILE = '/tmp/.rollout-workdir';
-const MIB = 2 ** 20;
-/** Fly's guest sizes: CPUs in these steps, memory in multiples of 256 MB. */
-const CPU_STEPS = [1, 2, 4, 8, 16];
 
 export class FlyEnvironment implements Environment {
   readonly type = 'fly';
@@ -78,6 +76,7 @@ export class FlyEnvironment implements Environment {
     const settings = FlySettingsSchema.parse(request.settings ?? {});
     const app = appOf(settings);
     this.apps.add(app);
+    const { guest, warning } = guestOf(request, settings);
     // What an earlier, crashed attempt left.
     await this.removeTrial(request.trialId, settings);
     const lifetimeSec = sandboxLifetimeSec(request.budgetSec);
@@ -85,7 +84,7 @@ export class FlyEnvironment implements Environment {
       image: request.image,
       env: request.env,
       metadata: sandboxLabels(this.owner, request, 'snake'),
-      guest: guestOf(request, settings),
+      guest,
       // The image's entrypoint is kept; its command is the keep-alive, which ends after the lifetime: then Fly
       // destroys the machine (auto_destroy).
       init: { cmd: ['/bin/sh', '-c', `pwd > ${WORKDIR_FILE}; sleep "$1"; :`, 'rollout-keepalive', `${lifetimeSec}`] },
@@ -93,12 +92,8 @@ export class FlyEnvironment implements Environment {
       restart: { policy: 'no' },
     };
     const api = this.api();
-    const machine = await withQuotaBackoff(
-      'fly',
-      flyQuotaMessage,
-      () => api.createMachine(app, { ...(settings.region ? { region: settings.region } : {}), config }),
-      { ...(request.signal ? { signal: request.signal } : {}) }
-    );
+    // Rate limits and passing capacity replies are waited on in every call (FlyApi).
+    const machine = await api.createMachine(app, { ...(settings.region ? { region: settings.region } : {}), config });
     const id = `${app}/${machine.id}`;
     try {
       await this.waitStarted(app, machine.id, request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS, request.signal);
@@ -111,7 +106,7 @@ export class FlyEnvironment implements Environment {
           .filter(Boolean)
           .join(' && ')
       );
-      return { handle, unenforced: ['storage', 'pids'] };
+      return { handle, unenforced: ['storage', 'pids'], ...(warning ? { warnings: [warning] } : {}) };
     } catch (err) {
       await api.destroy(app, machine.id);
       throw err;
@@ -219,10 +214,16 @@ function appOf(settings: ProviderSettings | FlySettings | undefined): string {
   return app;
 }
 
-/** The task's CPUs and memory in Fly's guest sizes (rounded up), and its GPUs of the job's gpu_kind. */
-function guestOf(request: StartRequest, settings: FlySettings): NonNullable<FlyMachineConfig['guest']> {
-  const cpus = CPU_STEPS.find((step) => step >= request.resources.cpus) ?? CPU_STEPS.at(-1)!;
-  const memoryMb = Math.max(256, Math.ceil(request.resources.memoryBytes / MIB / 256) * 256);
+/**
+ * The task's CPUs and memory in Fly's nearest guest size (see ./guest.ts; a rounding is warned of), and its GPUs of
+ * the job's gpu_kind.
+ */
+function guestOf(
+  request: StartRequest,
+  settings: FlySettings
+): { guest: NonNullable<FlyMachineConfig['guest']>; warning: string | null } {
+  const wanted = wantedGuest(request.resources);
+  const { size, warning } = fittedGuest('fly', flyGuestSize(wanted, settings.cpu_kind), wanted);
   const gpus = request.gpus ?? 0;
   if (gpus > 0 && !settings.gpu_kind) {
     throw new TaskEnvironmentError(
@@ -230,10 +231,11 @@ function guestOf(request: StartRequest, settings: FlySettings): NonNullable<FlyM
       `the task asks for ${gpus} GPU(s): set environment.gpu_kind in job.yaml (e.g. a100-40gb)`
     );
   }
-  return {
+  const guest = {
     cpu_kind: settings.cpu_kind,
-    cpus,
-    memory_mb: memoryMb,
+    cpus: size.cpus,
+    memory_mb: size.memoryMb,
     ...(gpus > 0 ? { gpu_kind: settings.gpu_kind!, gpus } : {}),
   };
+  return { guest, warning };
 }

@@ -7,6 +7,7 @@ import { dockerfileRequirement } from '../dockerfile';
 import type { EnvironmentProvider } from '../provider';
 import { ProviderConfigError } from '../provider';
 import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
+import { flyGuestSize } from './guest';
 import type * as FlyModule from './index';
 import { FlySettingsSchema, flyApp } from './settings';
 
@@ -28,6 +29,7 @@ export const flyProvider: EnvironmentProvider = {
     separateVerifier: false,
   },
   requirement: (task) => dockerfileRequirement(task, 'fly'),
+  guestSize: (wanted, settings) => flyGuestSize(wanted, FlySettingsSchema.parse(settings).cpu_kind),
   /** FLY_API_TOKEN set, an app named, and the app there for the token: else one line, before the job starts. */
   async check(given) {
     const token = process.env.FLY_API_TOKEN;

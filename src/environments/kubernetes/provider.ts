@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 
-import { dockerfileRequirement } from '../dockerfile';
+import { dockerfileRequirement, hasDockerfileIn } from '../dockerfile';
 import type { EnvironmentProvider } from '../provider';
 import { checkKubeconfig } from './kubeconfig-check';
 import type * as KubernetesModule from './index';
@@ -34,13 +34,17 @@ export const kubernetesProvider: EnvironmentProvider = {
   async requirement(task, settings) {
     const problems = await dockerfileRequirement(task, 'kubernetes');
     const { image_registry: imageRegistry } = KubernetesSettingsSchema.parse(settings);
-    if (problems.length || task.config.environment.docker_image || imageRegistry) return problems;
+    if (problems.length || imageRegistry) return problems;
+    // A Dockerfile is built even beside a docker_image (as on Docker): that build needs the registry too.
+    const built = await hasDockerfileIn(path.join(task.dir, 'environment'));
+    if (task.config.environment.docker_image && !built) return problems;
     return [
       {
         file: path.join(task.dir, 'environment', 'Dockerfile'),
+        field: 'environment.image_registry',
         message:
           'the kubernetes environment needs an image the cluster can pull: set environment.image_registry in job.yaml ' +
-          '(the built image is pushed there) or environment.docker_image in task.toml',
+          `(the built image is pushed there)${built ? '; this Dockerfile is built even though task.toml sets environment.docker_image' : ' or environment.docker_image in task.toml'}`,
       },
     ];
   },

@@ -64,7 +64,9 @@ export class ModalConnection {
     const key = `${settings.environment ?? ''}/${settings.app}`;
     let app = this.apps.get(key);
     if (!app) {
-      app = this.client.apps.fromName(settings.app, { environment: settings.environment, createIfMissing: true });
+      app = this.withQuotaBackoff('looking up the App', () =>
+        this.client.apps.fromName(settings.app, { environment: settings.environment, createIfMissing: true })
+      );
       app.catch(() => this.apps.delete(key));
       this.apps.set(key, app);
     }
@@ -88,7 +90,7 @@ export class ModalConnection {
   async sandbox(id: string): Promise<Sandbox> {
     let sandbox = this.sandboxes.get(id);
     if (!sandbox) {
-      sandbox = await this.client.sandboxes.fromId(id);
+      sandbox = await this.withQuotaBackoff('looking up a sandbox', () => this.client.sandboxes.fromId(id));
       this.sandboxes.set(id, sandbox);
     }
     return sandbox;

@@ -15,8 +15,17 @@ import tarStream from 'tar-stream';
 import { shellQuote } from '../../shell';
 import { TaskEnvironmentError } from '../environment';
 
-/** Base64 per RUN line: one shell argument stays under Linux's 128 KiB per argument. */
-const PIECE = 96 * 1024;
+/**
+ * Base64 per physical line: Dockerfile parsers refuse a line of 64 KiB or more (BuildKit frontend/dockerfile/parser/
+ * parser.go:565-572, "dockerfile line greater than max allowed size of 65535"; Modal builds from Dockerfile
+ * commands).
+ */
+const PIECE = 48 * 1024;
+/**
+ * Pieces per RUN, each on a line of its own (joined by continuations): the RUN's command is one shell argument,
+ * under Linux's 128 KiB per argument; fewer RUNs keep the layer count down.
+ */
+const PIECES_PER_RUN = 2;
 /** The most context (gzipped) a Dockerfile's COPY lines may carry: every piece is a layer of the image. */
 export const MAX_COPIED_BYTES = 4 * 1024 * 1024;
 /** Every archived file's time: the same content must give the same commands (Modal's layer cache key). */
@@ -222,8 +231,12 @@ async function packTree(pack: tarStream.Pack, root: string, relative: string): P
 function unpackCommands({ archive, dir, names }: PackedCopy, copy: LocalCopy, scratch: string): string[] {
   const text = archive.toString('base64');
   const commands: string[] = [];
-  for (let at = 0; at < text.length; at += PIECE) {
-    commands.push(`RUN printf '%s' '${text.slice(at, at + PIECE)}' >> ${scratch}`);
+  for (let at = 0; at < text.length; at += PIECE * PIECES_PER_RUN) {
+    const writes: string[] = [];
+    for (let piece = at; piece < Math.min(text.length, at + PIECE * PIECES_PER_RUN); piece += PIECE) {
+      writes.push(`printf '%s' '${text.slice(piece, piece + PIECE)}' >> ${scratch}`);
+    }
+    commands.push(`RUN ${writes.join(' \\\n && ')}`);
   }
   const paths = names.map((name) => shellQuote(path.posix.join(dir, name))).join(' ');
   const target = shellQuote(dir);

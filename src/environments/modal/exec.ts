@@ -140,7 +140,8 @@ export class SandboxExec {
   /** Whether the sandbox still runs (one API call, nothing run in it). */
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
     try {
-      return (await (await this.connection.sandbox(handle.id)).poll()) === null;
+      const sandbox = await this.connection.sandbox(handle.id);
+      return (await this.connection.withQuotaBackoff('polling a sandbox', () => sandbox.poll())) === null;
     } catch (err) {
       if (isGone(err)) return false;
       throw err;
@@ -166,7 +167,8 @@ export class SandboxExec {
     let sandbox: Sandbox;
     try {
       sandbox = await this.connection.sandbox(handle.id);
-      return await sandbox.exec(command, { mode: 'binary', ...(env && Object.keys(env).length ? { env } : {}) });
+      const options = { mode: 'binary' as const, ...(env && Object.keys(env).length ? { env } : {}) };
+      return await this.connection.withQuotaBackoff('starting a command', () => sandbox.exec(command, options));
     } catch (err) {
       throw lost(handle, err);
     }

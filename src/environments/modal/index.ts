@@ -151,10 +151,11 @@ export class ModalEnvironment implements Environment {
   async setNetwork(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void> {
     const sandbox = await this.connection.sandbox(handle.id);
     const open = network === 'public';
-    await sandbox.updateNetworkPolicy({
+    const policy = {
       outboundCidrAllowlist: open ? ['0.0.0.0/0', '::/0'] : [],
       outboundDomainAllowlist: open ? ['*'] : [],
-    });
+    };
+    await this.connection.withQuotaBackoff('setting the network', () => sandbox.updateNetworkPolicy(policy));
   }
 
   /** A sandbox cannot be stopped and kept: stopping terminates it. */
@@ -164,7 +165,8 @@ export class ModalEnvironment implements Environment {
 
   async remove(handle: EnvironmentHandle): Promise<void> {
     try {
-      await (await this.connection.sandbox(handle.id)).terminate();
+      const sandbox = await this.connection.sandbox(handle.id);
+      await this.connection.withQuotaBackoff('terminating a sandbox', () => sandbox.terminate());
     } catch (err) {
       if (!isGone(err)) throw err;
     } finally {
@@ -187,14 +189,20 @@ export class ModalEnvironment implements Environment {
 
   /** Every running sandbox of this deployment, in every App of the workspace's environment. */
   async heldEnvironments(): Promise<HeldEnvironment[]> {
+    const listed = await this.connection.withQuotaBackoff('listing sandboxes', async () => {
+      const sandboxes: Sandbox[] = [];
+      const tags = { [LABEL_DEPLOYMENT]: this.owner.deployment };
+      for await (const sandbox of this.connection.client.sandboxes.list({ tags })) sandboxes.push(sandbox);
+      return sandboxes;
+    });
     const held: HeldEnvironment[] = [];
-    for await (const sandbox of this.connection.client.sandboxes.list({
-      tags: { [LABEL_DEPLOYMENT]: this.owner.deployment },
-    })) {
-      const tags = await sandbox.getTags().catch((err: unknown) => {
-        if (isGone(err)) return null; // ended since the listing
-        throw err;
-      });
+    for (const sandbox of listed) {
+      const tags = await this.connection
+        .withQuotaBackoff('reading tags', () => sandbox.getTags())
+        .catch((err: unknown) => {
+          if (isGone(err)) return null; // ended since the listing
+          throw err;
+        });
       const own = heldSandbox(this.owner, sandbox.sandboxId, tags);
       if (own) held.push(own);
     }
@@ -213,9 +221,11 @@ export class ModalEnvironment implements Environment {
   /** Running sandboxes carrying every tag: in the job's App when its settings are known, else workspace-wide. */
   private async sandboxIds(tags: Record<string, string>, settings?: ModalSettings): Promise<string[]> {
     const appId = settings ? (await this.connection.app(settings)).appId : undefined;
-    const ids: string[] = [];
-    for await (const sandbox of this.connection.client.sandboxes.list({ appId, tags })) ids.push(sandbox.sandboxId);
-    return ids;
+    return this.connection.withQuotaBackoff('listing sandboxes', async () => {
+      const ids: string[] = [];
+      for await (const sandbox of this.connection.client.sandboxes.list({ appId, tags })) ids.push(sandbox.sandboxId);
+      return ids;
+    });
   }
 }
 

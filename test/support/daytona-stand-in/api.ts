@@ -13,6 +13,48 @@ import type { Runner } from './runner';
 import { body, json } from './toolbox';
 
 export const ORGANIZATION = 'stand-in-organization';
+
+/**
+ * An organization's limits, as the open-source API's defaults set them (apps/api/src/config/configuration.ts:292-299:
+ * maxCpuPerSandbox 4, maxMemoryPerSandbox 8, maxDiskPerSandbox 10, snapshotQuota 30), and a snapshot or sandbox has
+ * at most 1 GPU (dto/create-snapshot.dto.ts:72 and create-sandbox.dto.ts:131, `@Max(1)`). Daytona Cloud's tiers may
+ * differ (docs/daytona.md: to confirm).
+ */
+export interface DaytonaLimits {
+  maxCpuPerSandbox: number;
+  maxMemoryPerSandbox: number;
+  maxDiskPerSandbox: number;
+  snapshotQuota: number;
+}
+export const DEFAULT_LIMITS: DaytonaLimits = {
+  maxCpuPerSandbox: 4,
+  maxMemoryPerSandbox: 8,
+  maxDiskPerSandbox: 10,
+  snapshotQuota: 30,
+};
+/** What the API appends to a per-sandbox limit's message (PER_SANDBOX_LIMIT_MESSAGE). */
+const PER_SANDBOX_LIMIT_MESSAGE = "To increase per-sandbox limits, upgrade your organization's Tier";
+
+/**
+ * An image name as snapshot.service.ts validateImageName takes it: a tag or a digest, not `:latest`, and
+ * IMAGE_NAME_REGEX; null when valid.
+ */
+function imageNameProblem(name: string): string | null {
+  if (name.includes('@sha256:')) {
+    const [image, digest] = name.split('@sha256:');
+    return image && digest && /^[a-f0-9]{64}$/.test(digest)
+      ? null
+      : 'Invalid digest format. Must be image@sha256:64_hex_characters';
+  }
+  if (!name.includes(':') || name.endsWith(':')) {
+    return 'Image name must include a tag (e.g., ubuntu:22.04) or digest (@sha256:...)';
+  }
+  if (name.endsWith(':latest')) return 'Images with tag ":latest" are not allowed';
+  if (!/^[a-zA-Z0-9_.\-:]+(\/[a-zA-Z0-9_.\-:]+)*$/.test(name)) {
+    return 'Invalid image name format. Must be lowercase, may contain digits, dots, dashes, and single slashes between components';
+  }
+  return null;
+}
 export const BUCKET = 'daytona-volume-builds';
 
 /** The fields of create requests the stand-in reads (the SDK's CreateSandbox and CreateSnapshot). */
@@ -59,12 +101,61 @@ export class DaytonaApi {
   /** Images built from build info, by its hash: Daytona builds one build info once. */
   private readonly builds = new Map<string, Promise<{ ok: boolean; log: string; image: string }>>();
   failCreates = 0;
+  limits: DaytonaLimits = { ...DEFAULT_LIMITS };
 
   constructor(
     private readonly runner: Runner,
     private readonly storage: ObjectStorage,
     private readonly baseUrl: () => string
   ) {}
+
+  /**
+   * What Daytona does to snapshots unused for 14 days (snapshot.manager.ts:1370-1403,
+   * DEFAULT_SNAPSHOT_DEACTIVATION_TIMEOUT_MINUTES): every active snapshot becomes `inactive`. For tests.
+   */
+  deactivateSnapshots(): number {
+    let count = 0;
+    for (const { dto } of this.snapshots.values()) {
+      if (dto.state === 'active') {
+        dto.state = 'inactive';
+        count += 1;
+      }
+    }
+    return count;
+  }
+
+  /** Deletes every snapshot (another job released them). For tests. */
+  async deleteSnapshots(): Promise<void> {
+    for (const id of [...this.snapshots.keys()]) await this.removeSnapshot(id);
+  }
+
+  /** The per-sandbox maximum (sandbox.service.ts and snapshot.service.ts validateOrganizationQuotas, HTTP 403). */
+  private perSandboxProblem(cpu: number, memory: number, disk: number): string | null {
+    const { maxCpuPerSandbox, maxMemoryPerSandbox, maxDiskPerSandbox } = this.limits;
+    if (cpu > maxCpuPerSandbox) {
+      return `CPU request ${cpu} exceeds maximum allowed per sandbox (${maxCpuPerSandbox}).\n${PER_SANDBOX_LIMIT_MESSAGE}`;
+    }
+    if (memory > maxMemoryPerSandbox) {
+      return `Memory request ${memory}GB exceeds maximum allowed per sandbox (${maxMemoryPerSandbox}GB).\n${PER_SANDBOX_LIMIT_MESSAGE}`;
+    }
+    if (disk > maxDiskPerSandbox) {
+      return `Disk request ${disk}GB exceeds maximum allowed per sandbox (${maxDiskPerSandbox}GB).\n${PER_SANDBOX_LIMIT_MESSAGE}`;
+    }
+    return null;
+  }
+
+  private async removeSnapshot(id: string): Promise<void> {
+    const snapshot = this.snapshots.get(id);
+    if (!snapshot) return;
+    this.snapshots.delete(id);
+    // Snapshots of one Dockerfile share a local build (see build()): it goes with the last of them, as each
+    // snapshot on Daytona is its own.
+    const image = snapshot.image;
+    if (image && ![...this.snapshots.values()].some((other) => other.image === image)) {
+      for (const [hash, build] of this.builds) if ((await build).image === image) this.builds.delete(hash);
+      await this.runner.docker.getImage(image).remove({ force: true });
+    }
+  }
 
   async handle(request: IncomingMessage, response: ServerResponse, route: string, query: URLSearchParams) {
     const method = request.method ?? 'GET';
@@ -111,7 +202,7 @@ export class DaytonaApi {
       const items = [...this.snapshots.values()].map(({ dto }) => dto);
       return json(response, 200, { items, total: items.length, page: 1, totalPages: 1 });
     }
-    const snapshotMatch = /^\/snapshots\/([^/]+)(\/build-logs-url|\/build-logs)?$/.exec(route);
+    const snapshotMatch = /^\/snapshots\/([^/]+)(\/build-logs-url|\/build-logs|\/activate)?$/.exec(route);
     if (snapshotMatch) {
       const snapshot = this.snapshotOf(decodeURIComponent(snapshotMatch[1]!));
       if (!snapshot) return fail(404, `Snapshot ${snapshotMatch[1]} not found`);
@@ -124,16 +215,21 @@ export class DaytonaApi {
         response.end((await snapshot.log) ?? '');
         return;
       }
+      if (method === 'POST' && snapshotMatch[2] === '/activate') {
+        // snapshot.service.ts activateSnapshot: only an inactive snapshot, within the snapshot quota.
+        if (snapshot.dto.state === 'active') return fail(400, `Snapshot ${snapshot.dto.id} is already active`);
+        if (snapshot.dto.state !== 'inactive') {
+          return fail(400, `Snapshot ${snapshot.dto.id} cannot be activated - it is in ${snapshot.dto.state} state`);
+        }
+        const quota = this.snapshotQuotaProblem();
+        if (quota) return fail(403, quota);
+        snapshot.dto.state = 'active';
+        snapshot.dto.lastUsedAt = new Date().toISOString();
+        return json(response, 200, snapshot.dto);
+      }
       if (method === 'GET') return json(response, 200, snapshot.dto);
       if (method === 'DELETE') {
-        this.snapshots.delete(snapshot.dto.id);
-        // Snapshots of one Dockerfile share a local build (see build()): it goes with the last of them, as each
-        // snapshot on Daytona is its own.
-        const image = snapshot.image;
-        if (image && ![...this.snapshots.values()].some((other) => other.image === image)) {
-          for (const [hash, build] of this.builds) if ((await build).image === image) this.builds.delete(hash);
-          await this.runner.docker.getImage(image).remove({ force: true });
-        }
+        await this.removeSnapshot(snapshot.dto.id);
         return json(response, 200, undefined);
       }
     }
@@ -197,6 +293,14 @@ export class DaytonaApi {
 
   private sandboxOf(idOrName: string): SandboxRecord | undefined {
     return this.sandboxes.get(idOrName) ?? [...this.sandboxes.values()].find(({ dto }) => dto.name === idOrName);
+  }
+
+  /** The organization's snapshot quota (snapshot.service.ts validateOrganizationQuotas): inactive ones not counted. */
+  private snapshotQuotaProblem(): string | null {
+    const used = [...this.snapshots.values()].filter(({ dto }) => dto.state !== 'inactive').length;
+    return used >= this.limits.snapshotQuota
+      ? `Snapshot quota exceeded. Maximum allowed: ${this.limits.snapshotQuota}`
+      : null;
   }
 
   private snapshotOf(idOrName: string): SnapshotRecord | undefined {
@@ -265,6 +369,15 @@ export class DaytonaApi {
   ) {
     const name = request.name ?? '';
     if (this.snapshotOf(name)) return fail(409, `Snapshot with name ${name} already exists`);
+    if (!request.buildInfo) {
+      const invalid = imageNameProblem(String(request.imageName ?? ''));
+      if (invalid) return fail(400, invalid);
+    }
+    if ((request.gpu ?? 0) > 1) return fail(400, 'gpu must not be greater than 1');
+    const tooLarge = this.perSandboxProblem(request.cpu ?? 1, request.memory ?? 1, request.disk ?? 3);
+    if (tooLarge) return fail(403, tooLarge);
+    const quota = this.snapshotQuotaProblem();
+    if (quota) return fail(403, quota);
     const resources = {
       cpu: request.cpu ?? 1,
       mem: request.memory ?? 1,
@@ -336,7 +449,9 @@ export class DaytonaApi {
     const record: SandboxRecord = { dto, containerId: null };
     if (request.snapshot) {
       const snapshot = this.snapshotOf(request.snapshot);
-      if (!snapshot) return fail(404, `Snapshot ${request.snapshot} not found`);
+      // A 400, not a 404 (sandbox.service.ts).
+      if (!snapshot)
+        return fail(400, `Snapshot ${request.snapshot} not found. Did you add it through the Daytona Dashboard?`);
       if (snapshot.dto.state !== 'active' || !snapshot.image)
         return fail(400, `Snapshot ${request.snapshot} is ${snapshot.dto.state}`);
       image = snapshot.image;

@@ -19,6 +19,26 @@ export interface ApiState {
   failCreates: number;
 }
 
+/** The stand-in's team's plan: Hobby, whose sandboxes live at most 1 h (E2B's pricing page; docs/e2b.md). */
+const TEAM_MAX_LENGTH_HOURS = 1;
+
+/**
+ * A template's resources as E2B checks them (e2b-dev/infra packages/api/internal/team/limits.go:13-80, and
+ * constants/templates.go:5 MaxTemplateCPU = 32); null when valid. The team's own maxima are its plan's.
+ */
+function templateResourceProblem(cpuCount?: number, memoryMB?: number): string | null {
+  if (cpuCount !== undefined) {
+    if (cpuCount < 1) return 'CPU count must be at least 1';
+    if (cpuCount > 32) return 'CPU count must be at most 32';
+    if (cpuCount !== 1 && cpuCount % 2 !== 0) return 'CPU count must be 1 or an even number';
+  }
+  if (memoryMB !== undefined) {
+    if (memoryMB < 128) return 'Memory must be at least 128 MiB';
+    if (memoryMB % 2 !== 0) return 'Memory must be divisible by 2';
+  }
+  return null;
+}
+
 /** E2B's reply when a team is at its concurrent sandboxes limit (HTTP 429). */
 export const QUOTA_MESSAGE =
   "You have reached the maximum number of concurrent E2B sandboxes (20). If you need more, please contact us at 'https://e2b.dev/docs/getting-help'";
@@ -105,6 +125,11 @@ async function createSandbox(state: ApiState, req: IncomingMessage, res: ServerR
     state.failCreates--;
     return sendApiError(res, 429, QUOTA_MESSAGE);
   }
+  // The team's maximum sandbox length, checked at creation (handlers/sandbox_create.go:158, validateAndParseTimeout
+  // in handlers/timeout_helper.go:30-33). The stand-in's team is on the free (Hobby) plan: 1 h.
+  if ((body.timeout ?? 0) > TEAM_MAX_LENGTH_HOURS * 3600) {
+    return sendApiError(res, 400, `Timeout cannot be greater than ${TEAM_MAX_LENGTH_HOURS} hours`);
+  }
   const ready = state.templates.readyImage(body.templateID);
   if (!ready) return sendApiError(res, 404, `template '${body.templateID}' not found`);
   try {
@@ -136,7 +161,12 @@ async function serveTemplates(
 ): Promise<void> {
   const { templates } = state;
   let match: RegExpExecArray | null;
-  if (route === 'POST /v3/templates') return sendJson(res, 202, templates.request(await readJson(req)));
+  if (route === 'POST /v3/templates') {
+    const body = await readJson<Parameters<typeof templates.request>[0]>(req);
+    const invalid = templateResourceProblem(body.cpuCount, body.memoryMB);
+    if (invalid) return sendApiError(res, 400, invalid);
+    return sendJson(res, 202, templates.request(body));
+  }
   if ((match = /^GET \/templates\/aliases\/([^/]+)$/.exec(route))) {
     const template = templates.find(decodeURIComponent(match[1]!));
     if (!template) return sendApiError(res, 404, `template alias '${match[1]}' not found`);

@@ -29,12 +29,18 @@ export interface EnvdSandbox {
   defaultUser: string;
   envVars: Record<string, string>;
   processes: Map<number, SandboxProcess>;
+  /** Working directories found to exist (asked once each). */
+  knownDirs: Set<string>;
   /** False once the sandbox's envd no longer runs (killed from inside): envd's calls then fail as E2B's proxy does. */
   alive(): Promise<boolean>;
 }
 
 /** envd resolves a relative path against the user's home. */
 const RESOLVE = 'case $1 in /*) f=$1 ;; *) f=$HOME/$1 ;; esac';
+
+async function isDirectory(container: string, dir: string): Promise<boolean> {
+  return (await docker(['exec', '-u', 'root', container, '/bin/sh', '-c', 'test -d "$1"', 'sh', dir])).code === 0;
+}
 
 interface ProcessSelector {
   process?: { pid?: number; tag?: string };
@@ -128,6 +134,17 @@ async function start(sandbox: EnvdSandbox, req: IncomingMessage, res: ServerResp
     process: { cmd: string; args?: string[]; envs?: Record<string, string>; cwd?: string };
     stdin?: boolean;
   }>(await readBody(req));
+  // envd refuses a working directory that does not exist before starting anything (InvalidArgument "cwd '%s' does
+  // not exist": envd/internal/services/process/handler/handler.go:239). Folders found once are not asked again.
+  const cwd = call.process.cwd;
+  if (cwd && !sandbox.knownDirs.has(cwd)) {
+    if (!(await isDirectory(sandbox.containerId, cwd))) {
+      res.writeHead(200, { 'content-type': 'application/connect+json' });
+      res.end(endOfStream({ code: 'invalid_argument', message: `cwd '${cwd}' does not exist` }));
+      return;
+    }
+    sandbox.knownDirs.add(cwd);
+  }
   const spec: StartSpec = {
     container: sandbox.containerId,
     user,

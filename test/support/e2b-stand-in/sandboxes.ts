@@ -67,6 +67,7 @@ export class Sandboxes {
       envdAccessToken: randomUUID(),
       defaultUser: template.user,
       envVars: body.envVars ?? {},
+      knownDirs: new Set(),
       processes,
       metadata: body.metadata ?? {},
       startedAt: now,

@@ -132,6 +132,11 @@ export class StandInImages {
           return `FROM ${tag}${from[2]}`;
         })
         .join('\n');
+      // Modal builds from Dockerfile commands: a physical line of 64 KiB or more is refused as Dockerfile parsers
+      // refuse it (BuildKit frontend/dockerfile/parser/parser.go:565-572), whatever the local builder would do.
+      if (dockerfile.split('\n').some((line) => Buffer.byteLength(line) >= 65535)) {
+        throw new Error('dockerfile line greater than max allowed size of 65535');
+      }
       const context = tarStream.pack();
       context.entry({ name: 'Dockerfile' }, dockerfile);
       context.finalize();

@@ -1,0 +1,352 @@
+/**
+ * Hostile tasks (as a public dataset may hold them) through the real stack (CLI, Temporal, Docker), with a canary
+ * secret and a vendor key in the worker's environment: task env that names them, an instruction linked to
+ * /proc/self/environ, folders linked outside the task, and compose files that mount the host, its Docker socket,
+ * its pid namespace, publish ports, add capabilities, read host env files and re-tag images. None gets the canary
+ * anywhere (results, logs, output), and every container runs without NET_RAW and with no-new-privileges.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import Docker from 'dockerode';
+
+import { DockerEnvironment } from '../src/environments/docker';
+import { TRIALS_NETWORK } from '../src/environments/docker/network';
+import { environmentKey } from '../src/environments/env-key';
+import type { StartRequest } from '../src/environments/environment';
+import { LABEL_JOB } from '../src/environments/environment';
+import { KILL_ALL, KILL_ALL_REFUSED } from '../src/environments/trial-container';
+import type { TrialResult } from '../src/results/trial-result';
+import type { EnvironmentHandle } from '../src/trial/types';
+import type { CliRun } from './support/cli';
+import { runCli, workspace } from './support/cli';
+import { containersOfJob, removeJobLeftovers } from './support/docker';
+import { TEST_HOST_ID, testTemporal } from './support/temporal';
+
+const CANARY = `canary-${randomBytes(12).toString('hex')}`;
+const VENDOR_KEY = `sk-canary-${randomBytes(12).toString('hex')}`;
+const WORKER_ENV = { CANARY_SECRET: CANARY, OPENAI_API_KEY: VENDOR_KEY, ALLOWED_GREETING: 'hello-allowed' };
+const VICTIM_TAG = `rollout-victim-${randomBytes(4).toString('hex')}:latest`;
+const docker = new Docker();
+
+/** CapEff of /proc/self/status has bit 13 (NET_RAW) and 27 (MKNOD) clear; NoNewPrivs is 1. */
+const REPORT = `grep -E '^(CapEff|NoNewPrivs)' /proc/self/status > /logs/agent/status.txt
+printf '%s|%s|%s|%s' "\${#GREETING}" "\${LEAK:-}" "\${HOMEVAR:-}" "\${SAFE:-}" > /logs/agent/env.txt`;
+
+async function writeTask(
+  dir: string,
+  name: string,
+  files: { toml?: string; compose?: string; solve?: string; instruction?: string | null }
+): Promise<string> {
+  const task = path.join(dir, name);
+  await mkdir(path.join(task, 'tests'), { recursive: true });
+  await mkdir(path.join(task, 'environment'), { recursive: true });
+  await mkdir(path.join(task, 'solution'), { recursive: true });
+  await writeFile(path.join(task, 'task.toml'), `version = "1.0"\n[agent]\ntimeout_sec = 60\n${files.toml ?? ''}`);
+  await writeFile(path.join(task, 'environment', 'Dockerfile'), 'FROM debian:bookworm-slim\nWORKDIR /app\n');
+  if (files.compose) await writeFile(path.join(task, 'environment', 'docker-compose.yaml'), files.compose);
+  if (files.instruction !== null) await writeFile(path.join(task, 'instruction.md'), files.instruction ?? 'Do it.\n');
+  await writeFile(path.join(task, 'tests', 'test.sh'), '#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n');
+  await writeFile(path.join(task, 'solution', 'solve.sh'), `#!/bin/bash\n${files.solve ?? REPORT}\n`);
+  return task;
+}
+
+function jobYaml(name: string, extra: string[] = []): string {
+  return [
+    `name: ${name}`,
+    'n_concurrent_trials: 2',
+    'environment:',
+    '  type: docker',
+    ...extra,
+    'agents:',
+    '  - name: oracle',
+    'datasets:',
+    '  - path: tasks',
+    '',
+  ].join('\n');
+}
+
+/** Every file under `dir`, as text. */
+async function allText(dir: string): Promise<string> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  const texts = await Promise.all(
+    entries.filter((entry) => entry.isFile()).map((entry) => readFile(path.join(entry.parentPath, entry.name), 'utf8'))
+  );
+  return texts.join('\n');
+}
+
+describe('hostile tasks that run: task env and compose interpolation', () => {
+  const jobName = `task-hostile-${randomBytes(3).toString('hex')}`;
+  let dir: string;
+  let run: CliRun;
+  const trial = async (task: string) =>
+    JSON.parse(
+      await readFile(path.join(dir, 'jobs', jobName, `${task}__oracle__1`, 'result.json'), 'utf8')
+    ) as TrialResult;
+  const agentFile = (task: string, file: string) =>
+    readFile(path.join(dir, 'jobs', jobName, `${task}__oracle__1`, 'agent', file), 'utf8');
+
+  before(async () => {
+    const { connection } = await testTemporal();
+    await connection.close();
+    dir = await workspace();
+    const tasks = path.join(dir, 'tasks');
+    await writeTask(tasks, 'env-thief', {
+      toml: '[environment.env]\nSTOLEN = "${CANARY_SECRET}"\n[verifier.env]\nKEY = "${OPENAI_API_KEY}"\n',
+      solve: 'env > /logs/agent/env-dump.txt',
+    });
+    await writeTask(tasks, 'allowed', {
+      toml: '[environment.env]\nGREETING = "${ALLOWED_GREETING}"\nSAFE = "${OPENAI_API_KEY:-fallback}"\n',
+    });
+    await writeTask(tasks, 'compose-interpolation', {
+      compose: [
+        'services:',
+        '  main:',
+        '    environment:',
+        '      LEAK: "${CANARY_SECRET:-absent}"',
+        '      HOMEVAR: "${HOME:-nohome}"',
+        '',
+      ].join('\n'),
+    });
+    await writeFile(path.join(dir, 'job.yaml'), jobYaml(jobName, ['  task_env_allow: [ALLOWED_GREETING]']));
+    run = await runCli(['job.yaml'], { cwd: dir, env: WORKER_ENV, timeoutMs: 10 * 60_000 });
+  });
+  after(() => removeJobLeftovers(jobName));
+
+  it('completes the job and warns, before any trial, of the task that names worker variables', () => {
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stderr, /env-thief\/task\.toml: environment\.env\.STOLEN: \$\{CANARY_SECRET\}/);
+    assert.match(run.stderr, /verifier\.env\.KEY: \$\{OPENAI_API_KEY\}: OPENAI_API_KEY is a vendor or cloud key/);
+  });
+
+  it('ends a task that reads variables the job does not allow before it builds, as the task error it is', async () => {
+    const result = await trial('env-thief');
+    assert.equal(result.error?.type, 'MissingEnvironmentVariableError');
+    assert.equal(result.error?.step, 'build');
+    assert.equal(result.rewards, null);
+  });
+
+  it('gives a task only the variables the job allows; a vendor key takes its default', async () => {
+    assert.equal((await trial('allowed')).error, null);
+    // The allowed value reached the container (its length; the value itself is scrubbed from results as a secret).
+    assert.equal(await agentFile('allowed', 'env.txt'), `${WORKER_ENV.ALLOWED_GREETING.length}|||fallback`);
+  });
+
+  it("interpolates a compose file from the task's env only: no worker variable, not even HOME", async () => {
+    const result = await trial('compose-interpolation');
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    assert.equal(await agentFile('compose-interpolation', 'env.txt'), '0|absent|nohome|');
+  });
+
+  it('runs every container without NET_RAW and MKNOD, and with no-new-privileges', async () => {
+    for (const task of ['allowed', 'compose-interpolation']) {
+      const status = await agentFile(task, 'status.txt');
+      const effective = BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(status)![1]}`);
+      assert.equal(effective & (1n << 13n), 0n, `${task}: NET_RAW dropped (${status})`);
+      assert.equal(effective & (1n << 27n), 0n, `${task}: MKNOD dropped`);
+      assert.match(status, /NoNewPrivs:\s*1/, task);
+    }
+  });
+
+  it('lets the canary and the vendor key reach no result, log or output', async () => {
+    const everything = `${await allText(path.join(dir, 'jobs', jobName))}\n${run.stdout}\n${run.stderr}`;
+    assert.ok(!everything.includes(CANARY), 'the canary leaked');
+    assert.ok(!everything.includes(VENDOR_KEY), 'the vendor key leaked');
+  });
+
+  it('leaves no containers behind', async () => {
+    assert.deepEqual(await containersOfJob(jobName), []);
+  });
+});
+
+describe('hostile tasks refused before any trial: links out of the task and compose files that reach the host', () => {
+  const jobName = `task-refused-${randomBytes(3).toString('hex')}`;
+  let dir: string;
+  let run: CliRun;
+
+  before(async () => {
+    const { connection } = await testTemporal();
+    await connection.close();
+    dir = await workspace();
+    const tasks = path.join(dir, 'tasks');
+    const environ = await writeTask(tasks, 'environ-link', { instruction: null });
+    await symlink('/proc/self/environ', path.join(environ, 'instruction.md'));
+    const tests = await writeTask(tasks, 'tests-link', {});
+    await mkdir(path.join(dir, 'outside'));
+    await writeFile(path.join(dir, 'outside', 'test.sh'), 'echo 1 > /logs/verifier/reward.txt\n');
+    await rm(path.join(tests, 'tests'), { recursive: true });
+    await symlink(path.join(dir, 'outside'), path.join(tests, 'tests'));
+    await writeTask(tasks, 'compose-host', {
+      compose: [
+        'services:',
+        '  evil:',
+        '    image: ${MAIN_IMAGE_NAME}',
+        '    command: ["sleep", "infinity"]',
+        '    privileged: true',
+        '    pid: host',
+        '    cap_add: [SYS_ADMIN]',
+        '    ports: ["8080:80"]',
+        '    volumes:',
+        '      - /:/host',
+        '      - /var/run/docker.sock:/var/run/docker.sock',
+        '    networks: [outside]',
+        '    environment:',
+        '      STOLEN: "${CANARY_SECRET:-}"',
+        '  main:',
+        '    pid: host',
+        '    ipc: host',
+        'networks:',
+        '  outside:',
+        '    external: true',
+        '',
+      ].join('\n'),
+    });
+    await writeTask(tasks, 'compose-retag', {
+      compose: [
+        'services:',
+        '  side:',
+        '    build:',
+        '      context: .',
+        `      tags: ["${VICTIM_TAG}"]`,
+        '  other:',
+        '    build:',
+        '      context: /',
+        '',
+      ].join('\n'),
+    });
+    await writeTask(tasks, 'compose-env-file', {
+      compose: ['services:', '  main:', '    env_file: [/proc/self/environ]', ''].join('\n'),
+    });
+    await writeFile(path.join(dir, 'job.yaml'), jobYaml(jobName));
+    run = await runCli(['job.yaml'], { cwd: dir, env: WORKER_ENV, timeoutMs: 5 * 60_000 });
+  });
+  after(() => removeJobLeftovers(jobName));
+
+  it('exits 2 naming each file and field', () => {
+    assert.equal(run.code, 2, run.stderr);
+    const expected = [
+      /environ-link\/instruction\.md: resolves outside the task folder/,
+      /tests-link\/tests: resolves outside the task folder/,
+      /compose-host\/environment\/docker-compose\.yaml: services\.evil\.privileged: not allowed/,
+      /services\.evil\.pid: not allowed/,
+      /services\.evil\.cap_add: not allowed/,
+      /services\.evil\.ports: not allowed/,
+      /services\.evil\.volumes\.0: only the project's named volumes/,
+      /services\.evil\.volumes\.1: only the project's named volumes/,
+      /services\.main\.pid: not allowed/,
+      /services\.main\.ipc: not allowed/,
+      /networks\.outside\.external: not allowed/,
+      /compose-retag\/environment\/docker-compose\.yaml: services\.side\.build\.tags: not allowed/,
+      /services\.other\.build\.context: \/ is outside the task folder/,
+      /compose-env-file\/environment\/docker-compose\.yaml: services\.main\.env_file: \/proc\/self\/environ is outside/,
+    ];
+    for (const line of expected) assert.match(run.stderr, line);
+  });
+
+  it('runs nothing: no container, no re-tagged image, and the canary nowhere', async () => {
+    assert.deepEqual(await containersOfJob(jobName), []);
+    await assert.rejects(docker.getImage(VICTIM_TAG).inspect(), /no such image/i);
+    assert.ok(!`${run.stdout}\n${run.stderr}`.includes(CANARY), 'the canary leaked');
+  });
+});
+
+describe('trial containers on one Docker host, at the environment level', () => {
+  const envJob = `task-neighbours-${randomBytes(3).toString('hex')}`;
+  const environment = new DockerEnvironment({ hostId: `neighbours-${TEST_HOST_ID}`, deployment: envJob });
+  let image: string;
+  let listener: EnvironmentHandle;
+  let neighbour: EnvironmentHandle;
+  const extra: string[] = [];
+  const request = (trial: string): StartRequest => ({
+    image,
+    jobName: envJob,
+    trialId: `${envJob}/${trial}`,
+    trialName: trial,
+    workerId: `neighbours-${TEST_HOST_ID}~1`,
+    resources: { cpus: 0.5, memoryBytes: 256 * 2 ** 20, storageBytes: 0, pidsLimit: 100 },
+    env: {},
+  });
+
+  before(async () => {
+    const contextDir = await workspace();
+    await writeFile(path.join(contextDir, 'Dockerfile'), 'FROM debian:bookworm-slim\n');
+    const envKey = await environmentKey(contextDir, null);
+    ({ image } = await environment.build({
+      contextDir,
+      envKey,
+      dockerImage: null,
+      force: false,
+      jobName: envJob,
+      timeoutMs: 120_000,
+    }));
+    ({ handle: listener } = await environment.start(request('listener')));
+    ({ handle: neighbour } = await environment.start(request('neighbour')));
+    // A TCP listener in one trial (perl is in every Debian image); the other trial tries to reach it.
+    await environment.exec(listener, { command: `setsid nohup perl ${LISTEN} >/dev/null 2>&1 &`, timeoutMs: 10_000 });
+  });
+  after(async () => {
+    for (const id of extra)
+      await docker
+        .getContainer(id)
+        .remove({ force: true })
+        .catch(() => undefined);
+    await removeJobLeftovers(envJob);
+  });
+
+  it('keeps trials apart: one trial cannot connect to another trial on the same host', async () => {
+    const info = await docker.getContainer(listener.id).inspect();
+    const address = info.NetworkSettings.Networks[TRIALS_NETWORK]?.IPAddress;
+    assert.ok(address, `on ${TRIALS_NETWORK}: ${Object.keys(info.NetworkSettings.Networks).join(', ')}`);
+    // The listener may take a moment to start on a loaded host: waited for (bounded) from inside its container.
+    const wait = `for i in $(seq 1 60); do ${connect('127.0.0.1')} | grep -q connected && break; sleep 0.5; done`;
+    await environment.exec(listener, { command: wait, timeoutMs: 60_000 });
+    const itself = await environment.exec(listener, { command: connect('127.0.0.1'), timeoutMs: 20_000 });
+    assert.equal(itself.stdout.trim(), 'connected', 'the listener is up');
+    const across = await environment.exec(neighbour, { command: connect(address), timeoutMs: 20_000 });
+    assert.equal(across.stdout.trim(), 'refused', `the neighbour reached the listener: ${across.stderr}`);
+  });
+
+  it("never runs kill-all in a container that shares another's processes: it is restarted instead", async () => {
+    const sharing = await docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', 'infinity'],
+      Labels: { [LABEL_JOB]: envJob },
+      HostConfig: { PidMode: `container:${listener.id}`, NetworkMode: 'none' },
+    });
+    extra.push(sharing.id);
+    await sharing.start();
+    await environment.killAll({ id: sharing.id, workdir: '/' });
+    const still = await environment.exec(listener, { command: connect('127.0.0.1'), timeoutMs: 20_000 });
+    assert.equal(still.stdout.trim(), 'connected', "the other container's processes live on");
+  });
+
+  it("refuses kill-all inside the host's pid namespace (kill itself replaced: nothing can be killed here)", async () => {
+    const hostPid = await docker.createContainer({
+      Image: image,
+      Entrypoint: ['sleep', 'infinity'],
+      Labels: { [LABEL_JOB]: envJob },
+      HostConfig: { PidMode: 'host', NetworkMode: 'none' },
+    });
+    extra.push(hostPid.id);
+    await hostPid.start();
+    const exec = await hostPid.exec({
+      Cmd: ['bash', '-c', `kill() { echo would-kill; }; ${KILL_ALL}`],
+      AttachStdout: true,
+      AttachStderr: true,
+    });
+    const stream = await exec.start({});
+    let output = '';
+    stream.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    await new Promise((resolve) => stream.on('end', resolve));
+    assert.equal((await exec.inspect()).ExitCode, KILL_ALL_REFUSED);
+    assert.doesNotMatch(output, /would-kill/);
+  });
+});
+
+const LISTEN = `-MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 7000, Listen => 5, ReuseAddr => 1) or die; while ($c = $s->accept) { close $c }'`;
+/** Prints whether a TCP connection to `address`:7000 opens within 5 s. */
+const connect = (address: string) =>
+  `timeout 5 bash -c 'exec 3<>/dev/tcp/${address}/7000' 2>/dev/null && echo connected || echo refused`;
