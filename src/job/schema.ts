@@ -7,7 +7,7 @@ import { parseBytes, parseCpus } from '../quantity';
 import type { TaskErrorType } from '../trial/errors';
 import { JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from '../trial/errors';
 import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
-import { neverTaskEnv } from '../task/task-env';
+import { TaskEnvAllowSchema } from '../task/task-env';
 
 /**
  * Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway), but the job's spent
@@ -281,21 +281,8 @@ const commonEnvironmentKeys = {
    * n_concurrent_trials: the job runs min(n_concurrent_trials, max_sandboxes) trials at a time.
    */
   max_sandboxes: z.number().int().positive().optional(),
-  /**
-   * The worker variables a task's `${VAR}`s may read (src/task/task-env.ts); empty by default. Vendor keys and
-   * ROLLOUT_* are never readable by a task: listing one is an error.
-   */
-  task_env_allow: z
-    .array(
-      z
-        .string()
-        .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name')
-        .superRefine((name, ctx) => {
-          const never = neverTaskEnv(name);
-          if (never) ctx.addIssue({ code: 'custom', message: never });
-        })
-    )
-    .default([]),
+  /** The worker variables a task's `${VAR}`s may read (src/task/task-env.ts); none by default. */
+  task_env_allow: TaskEnvAllowSchema,
 };
 const CORE_ENVIRONMENT_KEYS = new Set(['type', 'import', ...Object.keys(commonEnvironmentKeys)]);
 

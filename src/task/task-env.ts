@@ -4,6 +4,8 @@
  * only through names the operator lists in job.yaml `environment.task_env_allow` (empty by default). Vendor keys,
  * cloud credentials and Rollout's and Temporal's own variables are never readable by a task, listed or not.
  */
+import { z } from 'zod';
+
 import type { Problem } from '../errors';
 import { envReferences } from '../env-vars';
 import { VENDOR_ENV } from '../gateway/upstreams';
@@ -67,3 +69,16 @@ export function taskEnvProblems(config: TaskConfig, file: string, allow: readonl
 export function notAllowedMessage(name: string): string {
   return `\${${name}}: ${neverTaskEnv(name) ?? `${name} is not in job.yaml environment.task_env_allow`}`;
 }
+
+/** job.yaml `environment.task_env_allow`: variable names; one a task can never read is an error naming it. */
+export const TaskEnvAllowSchema = z
+  .array(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name')
+      .superRefine((name, ctx) => {
+        const never = neverTaskEnv(name);
+        if (never) ctx.addIssue({ code: 'custom', message: never });
+      })
+  )
+  .default([]);
