@@ -27,7 +27,8 @@ import { imageById, imagesOfJob, removeJobLeftovers } from './support/docker';
 import { validateWithHarbor } from './support/harbor';
 import type { ScriptedModelServer, ScriptedSession, ScriptedTurn } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
-import { REPO_ROOT, testTemporal } from './support/temporal';
+import { testTemporal } from './support/temporal';
+import { writeKeyProbe } from './support/gateway-agent';
 
 const jobName = `agents-${process.pid}`;
 const JOB_TIMEOUT_MS = 40 * 60_000;
@@ -137,13 +138,7 @@ describe('built-in agents end to end through the gateway against the scripted mo
       server = await startScriptedModelServer({ host: '127.0.0.1', port: 0 });
       dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
       const task = path.join(dir, 'tasks', 'hello-world');
-      const verifier = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent', 'verifier.sh');
-      await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(verifier));
-      const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
-      await writeFile(
-        path.join(task, 'task.toml'),
-        toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-      );
+      await writeKeyProbe(task, KEY);
       const agents = Object.entries(AGENTS).map(([name, agent]) => {
         sessions.set(
           name,

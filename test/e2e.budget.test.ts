@@ -75,7 +75,7 @@ describe('budgets and limits in real jobs (scripted model server)', () => {
     ({ connection, client } = await testTemporal());
     scripted = await startScriptedModelServer();
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    fixtureAgent = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
+    fixtureAgent = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'), KEY);
   });
   after(async () => {
     await connection.close();

@@ -50,7 +50,7 @@ describe('model gateway in real jobs', () => {
     scripted.session('flaky', { turns, fault: { kind: 'rate-limit', times: 1, retryAfterSec: 0 } });
     scripted.session('limited', { turns, fault: { kind: 'rate-limit', retryAfterSec: 0 } });
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    const script = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
+    const script = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'), KEY);
     const agent = (name: string) =>
       gatewayAgentYaml(name, script, {
         OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}',

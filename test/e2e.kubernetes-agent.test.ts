@@ -25,7 +25,8 @@ import type { KubernetesTarget } from './support/kubernetes-target';
 import { ON_CLUSTER, startKubernetesTarget } from './support/kubernetes-target';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
-import { REPO_ROOT, TEST_SERVER, testTemporal } from './support/temporal';
+import { TEST_SERVER, testTemporal } from './support/temporal';
+import { writeKeyProbe } from './support/gateway-agent';
 
 const jobName = `k8s-agent-${randomBytes(3).toString('hex')}`;
 const KEY = `sk-real-${randomBytes(12).toString('hex')}`;
@@ -62,8 +63,7 @@ describe('claude-code in a pod of a real cluster, through the model gateway', { 
       });
       proxy = await startEgressProxy(gatewayHost!);
       const task = path.join(dir, 'tasks', 'hello-world');
-      const verifier = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent', 'verifier.sh');
-      await writeFile(path.join(task, 'tests', 'test.sh'), await readFile(verifier));
+      await writeKeyProbe(task, KEY);
       const proxies = Object.entries({
         HTTP_PROXY: proxy.url,
         HTTPS_PROXY: proxy.url,
@@ -77,9 +77,7 @@ describe('claude-code in a pod of a real cluster, through the model gateway', { 
       const toml = await readFile(path.join(task, 'task.toml'), 'utf8');
       await writeFile(
         path.join(task, 'task.toml'),
-        toml
-          .replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-          .replace('[environment]\n', `[environment]\nenv = { ${proxies} }\n`)
+        toml.replace('[environment]\n', `[environment]\nenv = { ${proxies} }\n`)
       );
       await writeFile(
         path.join(dir, 'job.yaml'),

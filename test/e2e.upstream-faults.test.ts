@@ -74,7 +74,7 @@ describe('upstream failures in real jobs (scripted model server)', () => {
     scripted = await startScriptedModelServer();
     dying = await startScriptedModelServer();
     dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    fixtureAgent = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
+    fixtureAgent = await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'), KEY);
   });
   after(async () => {
     await connection.close();

@@ -299,7 +299,7 @@ describe('gateway relay over Docker exec stdin/stdout (scripted model server as 
       turns: [{ shell: "printf 'Hello, world!' > /app/hello.txt" }, { say: 'done' }],
     });
     const dir = await workspace({ 'tasks/hello-world': 'examples/tasks/hello-world' });
-    await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'));
+    await prepareGatewayTask(path.join(dir, 'tasks', 'hello-world'), KEY);
     const name = `${jobName}-pi`;
     const env = { OPENAI_BASE_URL: session.openAiBaseUrl, OPENAI_API_KEY: '${ROLLOUT_TEST_KEY}' };
     const job = { name, agents: [{ name: 'pi', model: 'scripted-model', env }], datasets: [{ path: 'tasks' }] };

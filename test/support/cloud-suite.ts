@@ -257,7 +257,7 @@ export function cloudSuite(options: CloudSuiteOptions): void {
       const task = path.join(dir, 'gateway-tasks', 'hello-world');
       await mkdir(path.dirname(task), { recursive: true });
       await cp(path.join(dir, 'examples', 'tasks', 'hello-world'), task, { recursive: true });
-      await prepareGatewayTask(task);
+      await prepareGatewayTask(task, KEY);
       const name = await jobFile('gateway.yaml', {
         agents: [
           {

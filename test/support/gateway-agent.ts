@@ -1,6 +1,7 @@
 /**
  * The gateway fixture (test/fixtures/gateway-agent): a hello-world copy whose verifier looks for the real key
- * (ROLLOUT_TEST_KEY) everywhere in the container, and custom agents in bash that call the model through the
+ * (from tests/.key-probe, which only the verifier sees: a task may not read the worker's key variable) everywhere
+ * in the container, and custom agents in bash that call the model through the
  * gateway (bookworm-slim has no curl: bash's /dev/tcp speaks the HTTP).
  */
 import { readFile, writeFile } from 'node:fs/promises';
@@ -10,15 +11,16 @@ import { REPO_ROOT } from './temporal';
 
 const FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'gateway-agent');
 
-/** Gives the task at `taskDir` the key-probing verifier; returns the two-turn agent script. */
-export async function prepareGatewayTask(taskDir: string): Promise<string> {
-  await writeFile(path.join(taskDir, 'tests', 'test.sh'), await readFile(path.join(FIXTURES, 'verifier.sh')));
-  const toml = await readFile(path.join(taskDir, 'task.toml'), 'utf8');
-  await writeFile(
-    path.join(taskDir, 'task.toml'),
-    toml.replace('[verifier]\n', '[verifier]\nenv = { KEY_PROBE = "${ROLLOUT_TEST_KEY}" }\n')
-  );
+/** Gives the task at `taskDir` the key-probing verifier, looking for `key`; returns the two-turn agent script. */
+export async function prepareGatewayTask(taskDir: string, key: string): Promise<string> {
+  await writeKeyProbe(taskDir, key);
   return readFile(path.join(FIXTURES, 'agent.sh'), 'utf8');
+}
+
+/** The key-probing verifier as the task's test.sh, and the key it looks for in tests/ (copied in only to verify). */
+export async function writeKeyProbe(taskDir: string, key: string): Promise<void> {
+  await writeFile(path.join(taskDir, 'tests', 'test.sh'), await readFile(path.join(FIXTURES, 'verifier.sh')));
+  await writeFile(path.join(taskDir, 'tests', '.key-probe'), key);
 }
 
 /** A job.yaml `agents:` entry: a custom agent on the gateway running `script`, with `env`. */
