@@ -59,6 +59,6 @@ describe('the local dev server', () => {
     const jobFile = await writeLocalJob({ name: 'unreachable', attempts: 1, concurrency: 1 });
     const run = await runCli([jobFile], { cwd: tmpdir(), env: { TEMPORAL_ADDRESS: '127.0.0.1:1' } });
     assert.equal(run.code, 3);
-    assert.match(run.stderr, /^error: Temporal unreachable at 127\.0\.0\.1:1: /m);
+    assert.match(run.stderr, /^error: Temporal unreachable at 127\.0\.0\.1:1 \(TEMPORAL_ADDRESS\): /m);
   });
 });
