@@ -97,6 +97,13 @@ describe('payload encryption end to end (ROLLOUT_PAYLOAD_KEY, rollout codec-serv
     }
   });
 
+  it('rollout jobs without the key: the encrypted job is listed as unreadable, the others as before', async () => {
+    const jobs = await runCli(['jobs'], { cwd: dir });
+    assert.equal(jobs.code, 0, jobs.stderr);
+    assert.match(jobs.stdout, new RegExp(`^${jobName}\\s+unreadable\\s`, 'm'));
+    assert.match(jobs.stderr, /its result could not be read/);
+  });
+
   it('rollout codec-server decodes them (CORS for the UI); a wrong key cannot', async () => {
     const [first] = payloadsOf(histories.get(`rollout-job/${jobName}`));
     const body = JSON.stringify({

@@ -153,6 +153,7 @@ describe('examples/job.yaml end to end', () => {
     const gated = await runCli(['status', jobName, '--fail-under', 'reward=0.4', '--max-errors', '0'], { cwd: dir });
     assert.equal(gated.code, 0, gated.stdout);
     const jobs = await runCli(['jobs'], { cwd: dir });
+    assert.equal(jobs.code, 0, jobs.stderr);
     assert.match(jobs.stdout, new RegExp(`^${jobName}\\s+completed\\s`, 'm'));
     const unknown = await runCli(['status', 'no-such-job'], { cwd: dir });
     assert.equal(unknown.code, 2);
