@@ -94,7 +94,7 @@ describe(
       assert.equal(result.code, 2, result.stderr);
       assert.match(
         result.stderr,
-        /error: .*hello-world\/environment\/Dockerfile: the kubernetes environment needs an image/
+        /error: .*hello-world\/environment\/Dockerfile: environment\.image_registry: the kubernetes environment needs an image/
       );
       assert.deepEqual(await jobPods(name), []);
     });
