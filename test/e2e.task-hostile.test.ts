@@ -396,7 +396,7 @@ describe('a hostile trial in a job in a bucket (real MinIO): collect that fails 
       solve: [
         'echo "stolen: $TOKEN" > /logs/agent/a-leak.txt',
         `echo '${JSON.stringify(FORGED_CALL)}' > /logs/agent/llm-calls.jsonl`,
-        'cd /logs/agent && d=$(printf "d%.0s" $(seq 1 200))',
+        'cd /logs/agent && d=$(printf "z%.0s" $(seq 1 200))',
         'for i in $(seq 1 20); do mkdir "$d" && cd "$d" || break; done',
         'echo deep > f.txt',
       ].join('\n'),
