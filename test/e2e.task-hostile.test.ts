@@ -475,7 +475,10 @@ describe('a hostile trial in a job in a bucket (real MinIO): collect that fails 
     ) as TrialResult;
     assert.equal(result.error, null, JSON.stringify(result.error));
     const log = await readObject(store, bucket, trialKey('verifier-flood', 'trial.log'));
-    assert.match(log, /separate verifier's \/logs\/verifier: collect_max_bytes reached, not copied: verifier\/flood\.bin/);
+    assert.match(
+      log,
+      /separate verifier's \/logs\/verifier: collect_max_bytes reached, not copied: verifier\/flood\.bin/
+    );
     const objects = await store.objects(bucket, `jobs/${jobName}/verifier-flood__oracle__1/`);
     assert.ok(!objects.has(trialKey('verifier-flood', 'verifier/flood.bin')));
   });
