@@ -40,17 +40,11 @@ export interface ShapedCall {
 
 /** Adds the token parameters and the sampling to a generation request of a dialect that supports them. */
 export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping): ShapedCall | null {
-  const tokens = shaping.tokens === true && dialect.tokenParams !== undefined;
+  const tokens = shaping.tokens === true && dialect.requestTokens !== undefined;
   const sampling = shaping.sampling && Object.keys(shaping.sampling).length > 0 ? shaping.sampling : null;
   if (!tokens && !sampling) return null;
   const shaped: Json = { ...body };
-  const added: string[] = [];
-  if (tokens) {
-    for (const [key, value] of Object.entries(dialect.tokenParams!)) {
-      if (shaped[key] !== value) added.push(key);
-      shaped[key] = value;
-    }
-  }
+  const added = tokens ? dialect.requestTokens!(shaped) : [];
   let record: ShapedCall['sampling'] = null;
   if (sampling) {
     const agent: Record<string, unknown> = {};

@@ -1,6 +1,6 @@
 /** OpenAI Chat Completions: `POST …/chat/completions`, the dialect of most agents and of vLLM. */
 import type { Dialect, Json, Message, ToolCall } from '../dialect';
-import { arr, num, obj, parseArguments, str, textOf } from '../dialect';
+import { arr, idList, num, obj, parseArguments, setParams, str, textOf } from '../dialect';
 import { jsonPayloads } from '../sse';
 
 function toolCalls(value: unknown): ToolCall[] {
@@ -118,7 +118,7 @@ export const openAiChat: Dialect = {
   },
 
   // vLLM (chat_completion/protocol.py) and SGLang (entrypoints/openai/protocol.py) both take these.
-  tokenParams: { return_token_ids: true, logprobs: true },
+  requestTokens: (body) => setParams(body, { return_token_ids: true, logprobs: true }),
 
   stripAdded(payload, added) {
     const ids = added.includes('return_token_ids');
@@ -139,7 +139,3 @@ export const openAiChat: Dialect = {
     return out;
   },
 };
-
-function idList(value: unknown): number[] | undefined {
-  return Array.isArray(value) && value.every((v) => typeof v === 'number') ? value : undefined;
-}
