@@ -47,7 +47,10 @@ async function callRecords(file: string): Promise<LlmCallRecord[]> {
     .map((line) => JSON.parse(line) as LlmCallRecord);
 }
 
-/** Tokens of every call the gateway sent upstream for the job's trials (earlier runs of a trial included). */
+/**
+ * Tokens of every call the gateway sent upstream for the job's trials (earlier runs of a trial included), as budgets
+ * count them (a call's `charged` estimate when its usage did not come back).
+ */
 async function recordedTokens(jobDir: string): Promise<number> {
   let tokens = 0;
   for (const trial of (await readdir(jobDir)).filter((name) => name.includes('__'))) {
@@ -56,7 +59,8 @@ async function recordedTokens(jobDir: string): Promise<number> {
     files.push(...earlier.map((run) => path.join(jobDir, trial, 'earlier-runs', run, 'llm-calls.jsonl')));
     for (const file of files) {
       for (const call of await callRecords(file)) {
-        if (call.usage && !call.refused) tokens += call.usage.input_tokens + call.usage.output_tokens;
+        const counted = call.refused ? null : (call.charged ?? call.usage);
+        if (counted) tokens += counted.input_tokens + counted.output_tokens;
       }
     }
   }
