@@ -22,7 +22,7 @@ import type { TrialLimits } from '../src/gateway/spend';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
 import type { Scenario, ScriptedModelServer } from './support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
-import { waitFor } from './support/wait';
+import { waitFor, within } from './support/wait';
 
 const KEY = `sk-openai-${randomBytes(8).toString('hex')}`;
 const SCENARIO: Scenario = { turns: [{ say: 'done' }] };
@@ -163,5 +163,45 @@ describe('gateway: limits against a hostile agent (scripted model server)', () =
     );
     const calls = await records(t.session);
     assert.equal(calls.filter((call) => call.refused === 'trial_limit').length, 8);
+  });
+
+  it("a job's agent holding its upstream slots with a stalled call does not hold up another job's calls (adaptive limit per job)", async () => {
+    const narrow = new ModelGateway({ maxWaitMs: 2_000, adaptiveLimit: { initial: 1, min: 1, max: 1 } });
+    const stalled = scripted.session('slot-holder', { ...SCENARIO, fault: { kind: 'stall' } });
+    const other = scripted.session('slot-other', SCENARIO);
+    const open = async (job: string, name: string, baseUrl: string) => {
+      const session = await narrow.openTrial({
+        trialId: `${job}/${name}`,
+        jobName: job,
+        agentDir: path.join(agentDir, name),
+        upstreams: upstreamsFromEnv({ OPENAI_API_KEY: KEY, OPENAI_BASE_URL: baseUrl }),
+      });
+      const access = await session.access();
+      return { session, url: `${access.baseUrls.openai}/chat/completions`, token: access.token };
+    };
+    try {
+      const hostile = await open('job-a', 'slot-holder', stalled.openAiBaseUrl);
+      const abort = new AbortController();
+      const held = post(hostile.url, CHAT, hostile.token, abort.signal).catch(() => null);
+      await waitFor('the stalled call upstream', () => stalled.calls.length === 1, 30_000);
+      // Within job-a its one slot is taken: its next call waits at the gateway.
+      const waiting = scripted.session('slot-queued', SCENARIO);
+      const queued = await open('job-a', 'slot-queued', waiting.openAiBaseUrl);
+      const waited = post(queued.url, CHAT, queued.token);
+      // Same upstream origin, one slot: the other job's call goes all the same.
+      const neighbour = await open('job-b', 'slot-other', other.openAiBaseUrl);
+      const answered = await within(30_000, "the other job's call", post(neighbour.url, CHAT, neighbour.token));
+      assert.equal(answered.status, 200, await answered.text());
+      assert.equal(waiting.calls.length, 0, "job-a's second call still waits for its job's slot");
+      abort.abort();
+      await held;
+      assert.equal((await waited).status, 200, 'it went once the slot was free');
+      assert.equal(waiting.calls.length, 1);
+      await hostile.session.close();
+      await neighbour.session.close();
+      await queued.session.close();
+    } finally {
+      await narrow.close();
+    }
   });
 });

@@ -293,7 +293,7 @@ export class ModelGateway implements SessionHost {
         { req, res, target, headers: keyed, body: requestBody, dialect, filter, replyUnreachable: lastTry },
         {
           agents: this.agents,
-          limit: this.callLimits.limitOf(target, rules),
+          limit: this.callLimits.limitOf(target, rules, session.options.jobName),
           owner: session.pathId,
           maxWaitMs: this.maxWaitMs,
         }

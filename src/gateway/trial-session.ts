@@ -44,6 +44,8 @@ export interface ApiFailure {
 
 export interface TrialSessionOptions extends TrainingOptions {
   trialId: string;
+  /** The trial's job: its calls get their own adaptive concurrency toward each upstream (call-limits.ts). */
+  jobName?: string;
   /** The trial's `agent/` folder on this host: llm-calls.jsonl goes there. */
   agentDir: string;
   upstreams: Upstreams;
