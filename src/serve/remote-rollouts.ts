@@ -23,6 +23,7 @@ import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
 import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
+import { ifPresent } from '../files/absent';
 
 const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });
 
@@ -146,11 +147,13 @@ export class RemoteRollouts {
     } catch (err) {
       throw new BadInitError((err as Error).message);
     }
-    const spec: TrialSpec = {
+    const trial: TrialSpec = {
       ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
       agentEnv: rolloutAgentEnv(request, baseUrl),
-      ...(apiKey ? { sealedAgentEnv: sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }) } : {}),
     };
+    // Bound to this trial: copied into another trial's input, it does not unseal.
+    const sealed = apiKey ? sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }, trial) : undefined;
+    const spec: TrialSpec = { ...trial, ...(sealed ? { sealedAgentEnv: sealed } : {}) };
     await startTrialWorkflow(this.client, spec, { [METADATA_MEMO]: request.metadata });
     return { rolloutId: request.metadata.rollout_id, trialName: spec.trialName };
   }
@@ -246,7 +249,7 @@ export function statusOf(rolloutId: string, summary: Pick<TrialSummary, 'rewards
 }
 
 async function listFiles(dir: string, prefix = ''): Promise<string[]> {
-  const entries = await readdir(path.join(dir, prefix), { withFileTypes: true }).catch(() => []);
+  const entries = (await ifPresent(readdir(path.join(dir, prefix), { withFileTypes: true }))) ?? [];
   const files: string[] = [];
   for (const entry of entries) {
     const relative = path.join(prefix, entry.name);
