@@ -204,7 +204,9 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
         const reply = (call.response as Json).choices[0].message;
         assert.deepEqual(call.completion_token_ids, chatCompletionIds(reply));
         assert.deepEqual(call.logprobs, call.completion_token_ids.map(tokenLogprob));
-        assert.deepEqual(call.added, ['return_token_ids', 'logprobs']);
+        // Usage is asked for on every stream too (budgets count it).
+        const usage = stream ? ['stream_options.include_usage'] : [];
+        assert.deepEqual(call.added, [...usage, 'return_token_ids', 'logprobs']);
       }
       // The agent's own view: no ids, no logprobs, in any chunk.
       const { raw } = await chat(session, { messages: messages.slice(0, 2), stream });
@@ -244,8 +246,10 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
       }
       const calls = await records(session, 3);
       assert.equal(calls.length, 3);
-      assert.deepEqual(calls[0]!.added, ['return_token_ids', 'logprobs']);
-      assert.deepEqual(calls[1]!.added, ['logprobs']);
+      // Usage is asked for on every stream too (budgets count it).
+      const usage = stream ? ['stream_options.include_usage'] : [];
+      assert.deepEqual(calls[0]!.added, [...usage, 'return_token_ids', 'logprobs']);
+      assert.deepEqual(calls[1]!.added, [...usage, 'logprobs']);
       for (const call of calls) {
         assert.equal(call.dialect, 'openai-completions');
         assert.equal(call.logprobs!.length, call.completion_token_ids!.length);

@@ -6,6 +6,7 @@
 import type { Dialect, Json, Message } from '../dialect';
 import { arr, idList, num, obj, str } from '../dialect';
 import { jsonPayloads } from '../sse';
+import { STREAM_USAGE, askStreamUsage } from './openai-chat';
 
 /** A prompt as conversation text: the text itself, or how many token ids it was. */
 function promptText(prompt: unknown): string {
@@ -100,9 +101,17 @@ export const openAiCompletions: Dialect = {
     return added;
   },
 
+  askUsage: askStreamUsage,
+
   stripAdded(payload, added) {
     const ids = added.includes('return_token_ids');
     const logprobs = added.includes('logprobs');
+    if (added.includes(STREAM_USAGE)) {
+      // The usage chunk (no choices) the agent did not ask for is dropped; the others lose their `usage: null`.
+      if (Array.isArray(payload.choices) && payload.choices.length === 0) return null;
+      payload = { ...payload };
+      delete payload.usage;
+    }
     if (!Array.isArray(payload.choices)) return payload;
     const choices = arr(payload.choices).map((choice) => {
       const copy: Json = { ...choice };
