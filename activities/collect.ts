@@ -3,9 +3,10 @@ import { rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
 import { loadAgentConfig } from '../src/agents/config';
-import { CollectBudget } from '../src/environments/host-files';
 import { resolveEnvWithSecrets } from '../src/env-vars';
 import { LLM_CALLS_FILE } from '../src/gateway/records';
+import type { CollectBudget } from '../src/environments/host-files';
+import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import { scrubSecrets } from '../src/results/scrub';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
@@ -40,12 +41,15 @@ export function collectLogs(deps: ActivityDeps) {
     const gatewayCalls = path.join(trialDir, `.gateway-${LLM_CALLS_FILE}`);
     // (A retried collect finds them already set aside.)
     if (!existsSync(gatewayCalls)) await rename(calls, gatewayCalls).catch(ignoreMissing);
-    let budget = new CollectBudget(spec.collectLimits);
+    const ownFolders = LOG_FOLDERS.map((folder) => path.join(trialDir, folder));
+    let budget!: CollectBudget;
     await heartbeating(async () => {
       if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
+      // Charged with every step's logs and artifacts, this one's included.
+      budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders);
       const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
       if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
-      budget = new CollectBudget(spec.collectLimits); // counted again, folder by folder
+      budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders); // counted again, folder by folder
       for (const folder of LOG_FOLDERS) {
         await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
       }
