@@ -7,6 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtemp } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,6 +18,7 @@ import { ModelGateway } from '../src/gateway/gateway';
 import type { LlmCallRecord } from '../src/gateway/records';
 import { readCallRecords } from '../src/gateway/records';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
+import { PreflightError, probeUpstreams } from '../src/job/preflight';
 import type { TokenView } from '../src/export/token-view';
 import { TokenViewBuilder } from '../src/export/token-view';
 import type { Scenario, ScriptedModelServer } from './support/scripted-model-server';
@@ -400,5 +403,85 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
       (await records(session, 2)).map((r) => r.policy_version),
       [3, 4]
     );
+  });
+
+  describe('an upstream that returns no token ids', () => {
+    // A stand-in for an OpenAI-compatible server without token ids (a hosted API, an old vLLM): plain Chat replies.
+    let plain: http.Server;
+    let plainUrl: string;
+    before(async () => {
+      plain = http.createServer((req, res) => {
+        req.resume();
+        res.setHeader('content-type', 'application/json');
+        if (req.method === 'GET') return res.end(JSON.stringify({ object: 'list', data: [{ id: 'plain-model' }] }));
+        const message = { role: 'assistant', content: 'ok' };
+        const usage = { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 };
+        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', choices: [{ index: 0, message }], usage }));
+      });
+      await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+      plainUrl = `http://127.0.0.1:${(plain.address() as AddressInfo).port}/v1`;
+    });
+    after(() => new Promise<void>((resolve) => plain.close(() => resolve())));
+
+    const check = (baseUrl: string, dialect = 'openai-chat') => ({
+      agent: 'mini-swe-agent',
+      vendor: 'openai' as const,
+      upstream: { baseUrl, apiKey: 'sk-real' },
+      tokens: { dialect, model: null },
+    });
+
+    it('preflight: one line naming the server and what it did not return (exit 3: PreflightError); vLLM passes', async () => {
+      const vllm = scripted.session('preflight-vllm', SCENARIO).openAiBaseUrl;
+      await probeUpstreams([check(vllm), check(vllm, 'openai-responses')]);
+      await assert.rejects(probeUpstreams([check(vllm), check(plainUrl)]), (err: Error) => {
+        assert.ok(err instanceof PreflightError);
+        assert.equal(err.message.split('\n').length, 1);
+        assert.match(
+          err.message,
+          new RegExp(
+            `^preflight: ${plainUrl} \\(agent mini-swe-agent, tokens: true\\) returns no token ids: POST /chat/completions with return_token_ids, logprobs returned no prompt ids and no completion ids; no trial was started`
+          )
+        );
+        return true;
+      });
+      await assert.rejects(
+        probeUpstreams([{ ...check(vllm, 'anthropic'), vendor: 'anthropic' }]),
+        /no supported server returns token ids on anthropic calls/
+      );
+    });
+
+    it('mid-job: a call that came back without ids is recorded as such, and the export splits there, never glues', async () => {
+      const vllm = scripted.session('mid-job', SCENARIO);
+      const session = await gateway.openTrial({
+        trialId: 'job/mid-job',
+        agentDir: path.join(agentDir, 'mid-job'),
+        upstreams: upstreamsFromEnv({ OPENAI_API_KEY: 'sk-real', OPENAI_BASE_URL: vllm.openAiBaseUrl }),
+        shaping: { tokens: true },
+        // The second call's replica list sends it to the plain server: a server swapped mid-job.
+      });
+      opened.push(session);
+      const messages = await agentLoop(session, false, 2);
+      // The same conversation, answered by a server without ids (as if a replica were swapped mid-job).
+      const swapped = await gateway.openTrial({
+        trialId: 'job/mid-job-plain',
+        agentDir: path.join(agentDir, 'mid-job'),
+        upstreams: upstreamsFromEnv({ OPENAI_API_KEY: 'sk-real', OPENAI_BASE_URL: plainUrl }),
+        shaping: { tokens: true },
+      });
+      opened.push(swapped);
+      await chat(swapped, { messages });
+      const calls = await records(session, 3);
+      assert.equal(calls.length, 3);
+      assert.equal(calls[2]!.tokens_missing, true);
+      assert.equal(calls[2]!.prompt_token_ids, undefined);
+      assert.ok(calls.slice(0, 2).every((c) => c.tokens_missing === undefined));
+      const view = tokenView(calls);
+      assert.equal(view.calls_without_tokens, 1);
+      assert.equal(view.segments.length, 1);
+      assert.deepEqual(
+        view.segments[0]!.calls.map((c) => c.seq),
+        [calls[0]!.seq, calls[1]!.seq]
+      );
+    });
   });
 });
