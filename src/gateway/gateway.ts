@@ -6,7 +6,6 @@
  *
  * Tokens are valid only between openTrial and TrialSession.close (the execute step): a token copied out of a
  * container is useless after its trial, and a wrong token never reaches upstream.
- *
  * Rate limits and overload are absorbed here (forward.ts): a 429, 503 or 529 is retried within `max_wait` per call,
  * and each upstream gets an adaptive concurrency limit (adaptive-limit.ts), so a burst settles instead of cascading.
  */
@@ -38,6 +37,7 @@ import { addCallSpend, copySpend, emptySpend, limitReached } from './spend';
 import { UpstreamAgents } from './upstream-agents';
 import type { ReplicaPool } from './replicas';
 import { ReplicaPools, StickyReplica } from './replicas';
+import { gatewayCallEnded } from '../metrics/rollout-metrics';
 import { acceptedCall, passedHeaders, upstreamKeyPlace } from './routes';
 import type { GatewayAccess, Upstream, Upstreams } from './upstreams';
 import { credentialOf, parseJson, reply, upstreamTarget } from './wire';
@@ -158,9 +158,9 @@ export class TrialSession implements SpendSource {
   }
 
   record(call: LlmCallRecord): void {
+    if (call.kind === 'generate') gatewayCallEnded(call);
     if (call.kind === 'generate' && !call.refused) {
-      // A failure of the API sets the trial's last failure, a success clears it; other errors (a 404, the agent
-      // hanging up) leave it as it was.
+      // An API failure sets the trial's last failure, a success clears it; other errors (a 404, a hang-up) do not.
       const type = call.error?.type;
       if (type) this.lastFailure = { type, status: call.status, message: call.error!.message };
       else if (!call.error) this.lastFailure = null;
