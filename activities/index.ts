@@ -17,6 +17,7 @@ import { onHost } from './on-host';
 import { readPlanPage } from './plan';
 import { endedTrials } from './reconcile';
 import { uploadTrial, writeJobResult, writeTrialResult } from './results';
+import { scrubbingErrors } from './secrets';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
 import { runVerifier } from './verify';
@@ -32,25 +33,27 @@ export type { ActivityDeps, TrialSlots } from './context';
 
 /** Activities of a provider: the shared claim, and the lifecycle steps served on the host queue. */
 export function createProviderActivities(deps: ActivityDeps) {
-  return cappingErrors({
-    claimHost: heartbeatingActivity(claimHost(deps)),
-    buildEnvironment: measured('build', buildEnvironment(deps)),
-    startEnvironment: measured('start', startEnvironment(deps)),
-    installAgent: measured('install', installAgent(deps)),
-    executeAgent: measured('execute', executeAgent(deps)),
-    runVerifier: measured('verify', runVerifier(deps)),
-    collectLogs: measured('collect', collectLogs(deps)),
-    stopEnvironment: measured('stop', stopEnvironment(deps)),
-    cleanupEnvironment: measured('cleanup', cleanupEnvironment(deps)),
-    removeImage: removeImage(deps),
-    uploadTrial: heartbeatingActivity(uploadTrial),
-    writeTrialResult: heartbeatingActivity(writeTrialResult),
-    runSessionCommand: runSessionCommand(deps),
-    runSessionCommandHere: runSessionCommandHere(deps),
-    checkSessionAlive: checkSessionAlive(deps),
-    checkSessionAliveHere: checkSessionAliveHere(deps),
-    writeSessionRecord,
-  });
+  return cappingErrors(
+    scrubbingErrors({
+      claimHost: heartbeatingActivity(claimHost(deps)),
+      buildEnvironment: measured('build', buildEnvironment(deps)),
+      startEnvironment: measured('start', startEnvironment(deps)),
+      installAgent: measured('install', installAgent(deps)),
+      executeAgent: measured('execute', executeAgent(deps)),
+      runVerifier: measured('verify', runVerifier(deps)),
+      collectLogs: measured('collect', collectLogs(deps)),
+      stopEnvironment: measured('stop', stopEnvironment(deps)),
+      cleanupEnvironment: measured('cleanup', cleanupEnvironment(deps)),
+      removeImage: removeImage(deps),
+      uploadTrial: heartbeatingActivity(uploadTrial),
+      writeTrialResult: heartbeatingActivity(writeTrialResult),
+      runSessionCommand: runSessionCommand(deps),
+      runSessionCommandHere: runSessionCommandHere(deps),
+      checkSessionAlive: checkSessionAlive(deps),
+      checkSessionAliveHere: checkSessionAliveHere(deps),
+      writeSessionRecord,
+    })
+  );
 }
 
 /** A lifecycle step timed for the worker's metrics (src/metrics), by the trial's provider. */
@@ -78,12 +81,14 @@ export function createLocalStepActivities(deps: ActivityDeps, provider: Provider
 }
 
 /** Activities of the job itself, served next to the workflows. */
-export const jobActivities = cappingErrors({
-  readPlanPage: heartbeatingActivity(readPlanPage),
-  endedTrials: heartbeatingActivity(endedTrials),
-  writeJobResult: heartbeatingActivity(writeJobResult),
-  writeTrialResult: heartbeatingActivity(writeTrialResult),
-});
+export const jobActivities = cappingErrors(
+  scrubbingErrors({
+    readPlanPage: heartbeatingActivity(readPlanPage),
+    endedTrials: heartbeatingActivity(endedTrials),
+    writeJobResult: heartbeatingActivity(writeJobResult),
+    writeTrialResult: heartbeatingActivity(writeTrialResult),
+  })
+);
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type LocalStepActivities = ReturnType<typeof createLocalStepActivities>;
