@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -71,6 +71,13 @@ async function drainMidJob(graceSec: number) {
   jobNames.push(name);
   const dir = await workspace({ tasks: 'test/fixtures/slow-tasks' });
   await writeOracleJob(dir, { name, n_attempts: 6, n_concurrent_trials: 4 });
+  // Long enough that an agent running at SIGTERM is still running once a grace of 0 (plus the 5 s steps get) is over.
+  if (graceSec === 0) {
+    await writeFile(
+      path.join(dir, 'tasks/slow/solution/solve.sh'),
+      '#!/bin/bash\nsleep 30\necho done > /app/out.txt\n'
+    );
+  }
   const first = await startWorker('a', graceSec, dir);
   assert.equal(await status(`${first.metrics}/healthz`), 200);
   // A handed-back trial's release steps wait for the stopped worker's queue this long before it restarts.
@@ -141,9 +148,13 @@ describe('rollout worker: metrics and drain', () => {
   it('past --shutdown-grace the held trials are handed back and restart on the other worker, once each', async () => {
     const { first, all, onSecond, firstRun } = await drainMidJob(0);
     assert.match(firstRun.stderr, /handed back to other workers/);
-    assert.equal(onSecond.length, 6, `all results written by the second worker: ${all.map((r) => r.host).join(' ')}`);
     const handedBack = all.filter((result) => result.restarts > 0);
-    assert.ok(handedBack.length >= 1, 'a held trial restarted');
-    assert.ok(!all.some((result) => result.host?.includes(first.hostId)));
+    assert.ok(
+      handedBack.length >= 1,
+      `a held trial restarted: ${all.map((r) => `${r.host} ${r.restarts}`).join(', ')}`
+    );
+    for (const result of handedBack) assert.ok(onSecond.includes(result), `${result.trial_name} restarted elsewhere`);
+    // A trial whose last step ended within the stopping worker's few seconds kept its result there.
+    for (const result of all.filter((r) => r.host?.includes(first.hostId))) assert.equal(result.restarts, 0);
   });
 });
