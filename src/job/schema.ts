@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
+import { priceOf } from '../gateway/prices';
 import { parseBytes, parseCpus } from '../quantity';
 import type { TaskErrorType } from '../trial/errors';
 import { JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from '../trial/errors';
@@ -28,6 +29,32 @@ export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
 export type MetricType = (typeof METRIC_TYPES)[number];
 
 export const ORACLE_AGENT = 'oracle';
+
+interface AgentRouting {
+  name: string;
+  agent?: string | undefined;
+  install?: string | undefined;
+  execute?: string | undefined;
+  gateway?: boolean | undefined;
+}
+
+/** The built-in agent an entry runs (the oracle is always the built-in one; a built-in name with scripts is custom). */
+function agentKind(agent: AgentRouting): string | undefined {
+  const scripted = agent.install !== undefined || agent.execute !== undefined;
+  return agent.agent ?? (scripted && agent.name !== ORACLE_AGENT ? undefined : agent.name);
+}
+
+/** Whether an agent's calls go through the model gateway (default: built-in agents but the oracle). */
+function onGatewayOf(agent: AgentRouting): boolean {
+  const kind = agentKind(agent);
+  return agent.gateway ?? (kind !== ORACLE_AGENT && BUILTIN_AGENTS.some((a) => a.name === kind));
+}
+
+/** Why a cost cap cannot bound a model's calls (it has no price), or null when it has one. */
+function unpricedModel(model: string, cap: string): string | null {
+  if (priceOf(model)) return null;
+  return `no price for model "${model}" (src/gateway/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`;
+}
 
 const quantity = (parse: (v: string | number) => number) =>
   z.union([z.string(), z.number()]).superRefine((value, ctx) => {
@@ -135,10 +162,8 @@ export const AgentSchema = z
       .optional(),
   })
   .superRefine((agent, ctx) => {
-    const scripted = agent.install !== undefined || agent.execute !== undefined;
     const builtinNames = [ORACLE_AGENT, ...BUILTIN_AGENTS.map((a) => a.name)];
-    // The oracle is always the built-in one; another built-in name with scripts is a custom agent of that name.
-    const kind = agent.agent ?? (scripted && agent.name !== ORACLE_AGENT ? undefined : agent.name);
+    const kind = agentKind(agent);
     if (agent.agent !== undefined && !builtinNames.includes(agent.agent)) {
       ctx.addIssue({
         code: 'custom',
@@ -148,7 +173,7 @@ export const AgentSchema = z
       return;
     }
     // Limits are counted by the model gateway: an agent off it makes calls nobody counts.
-    const onGateway = agent.gateway ?? (kind !== ORACLE_AGENT && BUILTIN_AGENTS.some((a) => a.name === kind));
+    const onGateway = onGatewayOf(agent);
     for (const key of ['limits', 'sampling', 'replicas'] as const) {
       if (agent[key] !== undefined && !onGateway)
         ctx.addIssue({
@@ -157,6 +182,10 @@ export const AgentSchema = z
           message:
             kind === ORACLE_AGENT ? 'the oracle makes no model calls' : `${key} need the model gateway (gateway: true)`,
         });
+    }
+    if (agent.limits?.cost_usd !== undefined && onGateway && agent.model) {
+      const unpriced = unpricedModel(agent.model, 'limits.cost_usd');
+      if (unpriced) ctx.addIssue({ code: 'custom', path: ['model'], message: unpriced });
     }
     if (agent.tokens && !onGateway)
       ctx.addIssue({
@@ -389,6 +418,11 @@ export const JobConfigSchema = z
       if (seen.has(agent.name))
         ctx.addIssue({ code: 'custom', path: ['agents', index, 'name'], message: `duplicate agent "${agent.name}"` });
       seen.add(agent.name);
+      // The gateway refuses every call to it (docs/budgets.md): a job whose trials could only fail, refused now.
+      const capped = job.budget?.cost_usd !== undefined && agent.model && onGatewayOf(agent);
+      const unpriced = capped && unpricedModel(agent.model!, 'budget.cost_usd');
+      if (unpriced && agent.limits?.cost_usd === undefined)
+        ctx.addIssue({ code: 'custom', path: ['agents', index, 'model'], message: unpriced });
     });
   });
 
