@@ -3,12 +3,12 @@ import { z } from 'zod';
 import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
-import { priceOf } from '../gateway/prices';
 import { parseBytes, parseCpus } from '../quantity';
 import type { TaskErrorType } from '../trial/errors';
 import { JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from '../trial/errors';
 import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
 import { TaskEnvAllowSchema } from '../task/task-env';
+import { ORACLE_AGENT, agentKind, onGatewayOf, unpricedModel } from './agent-routing';
 
 /**
  * Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway), but the job's spent
@@ -28,33 +28,7 @@ export type EnvironmentType = string;
 export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
 export type MetricType = (typeof METRIC_TYPES)[number];
 
-export const ORACLE_AGENT = 'oracle';
-
-interface AgentRouting {
-  name: string;
-  agent?: string | undefined;
-  install?: string | undefined;
-  execute?: string | undefined;
-  gateway?: boolean | undefined;
-}
-
-/** The built-in agent an entry runs (the oracle is always the built-in one; a built-in name with scripts is custom). */
-function agentKind(agent: AgentRouting): string | undefined {
-  const scripted = agent.install !== undefined || agent.execute !== undefined;
-  return agent.agent ?? (scripted && agent.name !== ORACLE_AGENT ? undefined : agent.name);
-}
-
-/** Whether an agent's calls go through the model gateway (default: built-in agents but the oracle). */
-function onGatewayOf(agent: AgentRouting): boolean {
-  const kind = agentKind(agent);
-  return agent.gateway ?? (kind !== ORACLE_AGENT && BUILTIN_AGENTS.some((a) => a.name === kind));
-}
-
-/** Why a cost cap cannot bound a model's calls (it has no price), or null when it has one. */
-function unpricedModel(model: string, cap: string): string | null {
-  if (priceOf(model)) return null;
-  return `no price for model "${model}" (src/gateway/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`;
-}
+export { ORACLE_AGENT };
 
 const quantity = (parse: (v: string | number) => number) =>
   z.union([z.string(), z.number()]).superRefine((value, ctx) => {
