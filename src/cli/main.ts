@@ -112,8 +112,7 @@ export function buildProgram(): Command {
     ) => {
       const gate = parseGateOptions(opts);
       const job = await resolveRunJob(file, opts);
-      if (opts.printConfig)
-        return void process.stdout.write(configYaml(job, `rollout ${process.argv.slice(2).join(' ')}`));
+      if (opts.printConfig) return void process.stdout.write(configYaml(job, process.argv.slice(2)));
       if (opts.dryRun) return dryRun(job);
       // The runtime is installed with the job's log_level once the job is read.
       process.exitCode = await namingFlags(opts, () =>
