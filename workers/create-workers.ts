@@ -21,6 +21,7 @@ import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
 import { rolloutDataConverter } from '../src/temporal/payload-codec';
+import type { LeaseHolder } from './host-lease';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
@@ -169,6 +170,8 @@ export async function runWorkers(workers: Worker[]): Promise<void> {
 export interface RunningWorkers {
   /** The host id this process's queue is named after (the host id, or `<host id>~<n>` when others share it). */
   workerId: string;
+  /** Live processes of this host holding the worker ids before this one's: their trials' steps wait for them. */
+  heldBy: LeaseHolder[];
   /** Resolves when the workers stop (a shutdown signal, or stop()). */
   done: Promise<void>;
   stop(): Promise<void>;
@@ -229,6 +232,7 @@ export async function startWorkers(
   };
   return {
     workerId: lease.workerId,
+    heldBy: lease.heldBy,
     done,
     stop,
     async drain(onWait) {

@@ -37,6 +37,7 @@ import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
 import { addCodecServerCommand } from './codec-server';
+import { stopWithNpm } from './npm-parent';
 
 /**
  * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
@@ -363,6 +364,7 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  stopWithNpm();
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {

@@ -46,6 +46,7 @@ import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';
 import { log } from '../log';
 import { ProgressView } from './progress';
+import { heldQueuesLine } from './held-queues';
 import { renderReport } from './report';
 
 export interface RunOptions {
@@ -168,9 +169,15 @@ async function watchJob(
   const view = new ProgressView();
   // Aborted once the job ended: the last poll's wait must not hold the exit.
   const finished = new AbortController();
+  // Live processes of this host hold the queues before ours: a resumed job's running trials may wait for them.
+  let heldBy = workerRun?.heldBy ?? [];
   const poll = (async () => {
     while (!finished.signal.aborted) {
       const progress = await handle.query(jobProgressQuery).catch(() => undefined);
+      if (progress && heldBy.length > 0 && progress.running > 0) {
+        log.info(heldQueuesLine(heldBy, plan.trials[0]?.spec.hostLostTimeoutSec ?? 0, new Date()));
+        heldBy = [];
+      }
       if (progress && !finished.signal.aborted) view.update(progress);
       await sleep(POLL_MS, undefined, { signal: finished.signal }).catch(() => undefined);
     }
