@@ -1,16 +1,13 @@
-import { existsSync } from 'node:fs';
-import { rename, rm } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 
-import { loadAgentConfig } from '../src/agents/config';
 import { CollectBudget } from '../src/environments/host-files';
-import { resolveEnvWithSecrets } from '../src/env-vars';
-import { LLM_CALLS_FILE } from '../src/gateway/records';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
-import { scrubSecrets } from '../src/results/scrub';
+import { restoreGatewayCalls, setGatewayCallsAside } from '../src/results/gateway-calls';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, trialSecretEnv } from './context';
+import { heartbeating, log } from './context';
+import { markUnscrubbed, scrubTrialFolder } from './secrets';
 import { archiveTaskStepLogs } from './task-step';
 
 export interface CollectInput {
@@ -28,41 +25,36 @@ const LOGS_SKIPPED_MAX_BYTES = 8 * 2 ** 20;
 
 /**
  * Step 6: /logs/agent and /logs/verifier copied into the trial folder before the container stops, within the job's
- * collect limits, then any resolved secret value scrubbed from what was copied. Returns what was cut.
+ * collect limits, then any secret value scrubbed from what was copied. Returns what was cut.
  */
 export function collectLogs(deps: ActivityDeps) {
   return async function collectLogs({ spec, handle, taskStep }: CollectInput): Promise<CollectReport> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     const trialEnvironment = deps.environment(spec.environmentType);
-    // The gateway's call records are Rollout's: a file of that name from the container never replaces them, nor
-    // stands in for them (usage and the trajectory are built from it).
-    const calls = path.join(trialDir, 'agent', LLM_CALLS_FILE);
-    const gatewayCalls = path.join(trialDir, `.gateway-${LLM_CALLS_FILE}`);
-    // (A retried collect finds them already set aside.)
-    if (!existsSync(gatewayCalls)) await rename(calls, gatewayCalls).catch(ignoreMissing);
+    await mkdir(path.join(trialDir, 'agent'), { recursive: true });
+    await setGatewayCallsAside(trialDir);
+    // Until the scrub below is done, what is extracted may hold secrets: the mark makes the upload and the result
+    // step scrub first, should this activity die half-way (activities/secrets.ts).
+    await markUnscrubbed(trialDir);
     let budget = new CollectBudget(spec.collectLimits);
-    await heartbeating(async () => {
-      if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
-      const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
-      if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
-      budget = new CollectBudget(spec.collectLimits); // counted again, folder by folder
-      for (const folder of LOG_FOLDERS) {
-        await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
-      }
-    });
-    await rm(calls, { force: true });
-    await rename(gatewayCalls, calls).catch(ignoreMissing);
+    let scrubbed: number;
+    try {
+      await heartbeating(async () => {
+        if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
+        const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
+        if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
+        budget = new CollectBudget(spec.collectLimits); // counted again, folder by folder
+        for (const folder of LOG_FOLDERS) {
+          await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
+        }
+      });
+    } finally {
+      // Whatever the download did (a corrupt archive, a full disk): the container's llm-calls.jsonl never stays in
+      // place of the gateway's, and everything extracted so far is scrubbed (a scrub that fails fails the step).
+      await restoreGatewayCalls(trialDir);
+      scrubbed = await scrubTrialFolder(spec);
+    }
     const report = budget.report();
-    const [agent, task] = await Promise.all([loadAgentConfig(spec.jobDir, spec.agentName), loadTrialTask(spec)]);
-    const { environment, verifier, solution } = task.config;
-    const secrets = [agent.env, environment.env, verifier.env, solution.env].flatMap((env) => {
-      try {
-        return resolveEnvWithSecrets(env, process.env).secrets;
-      } catch {
-        return []; // Unset variables never reached the container: nothing of them to scrub.
-      }
-    });
-    const scrubbed = await scrubSecrets(trialDir, [...secrets, ...Object.values(trialSecretEnv(spec))]);
     const cut = report.limit_reached
       ? `; collect_max_${report.limit_reached} reached, not collected: ${report.cut.join(', ')}`
       : '';
@@ -73,8 +65,4 @@ export function collectLogs(deps: ActivityDeps) {
     );
     return report;
   };
-}
-
-function ignoreMissing(err: NodeJS.ErrnoException): void {
-  if (err.code !== 'ENOENT') throw err;
 }

@@ -15,6 +15,7 @@ import { onHost } from './on-host';
 import { readPlanPage } from './plan';
 import { endedTrials } from './reconcile';
 import { uploadTrial, writeJobResult, writeTrialResult } from './results';
+import { scrubbingErrors } from './secrets';
 import { startEnvironment } from './start';
 import { stopEnvironment } from './stop';
 import { runVerifier } from './verify';
@@ -30,25 +31,27 @@ export type { ActivityDeps, TrialSlots } from './context';
 
 /** Activities of a provider: the shared claim, and the lifecycle steps served on the host queue. */
 export function createProviderActivities(deps: ActivityDeps) {
-  return cappingErrors({
-    claimHost: heartbeatingActivity(claimHost(deps)),
-    buildEnvironment: buildEnvironment(deps),
-    startEnvironment: startEnvironment(deps),
-    installAgent: installAgent(deps),
-    executeAgent: executeAgent(deps),
-    runVerifier: runVerifier(deps),
-    collectLogs: collectLogs(deps),
-    stopEnvironment: stopEnvironment(deps),
-    cleanupEnvironment: cleanupEnvironment(deps),
-    removeImage: removeImage(deps),
-    uploadTrial: heartbeatingActivity(uploadTrial),
-    writeTrialResult: heartbeatingActivity(writeTrialResult),
-    runSessionCommand: runSessionCommand(deps),
-    runSessionCommandHere: runSessionCommandHere(deps),
-    checkSessionAlive: checkSessionAlive(deps),
-    checkSessionAliveHere: checkSessionAliveHere(deps),
-    writeSessionRecord,
-  });
+  return cappingErrors(
+    scrubbingErrors({
+      claimHost: heartbeatingActivity(claimHost(deps)),
+      buildEnvironment: buildEnvironment(deps),
+      startEnvironment: startEnvironment(deps),
+      installAgent: installAgent(deps),
+      executeAgent: executeAgent(deps),
+      runVerifier: runVerifier(deps),
+      collectLogs: collectLogs(deps),
+      stopEnvironment: stopEnvironment(deps),
+      cleanupEnvironment: cleanupEnvironment(deps),
+      removeImage: removeImage(deps),
+      uploadTrial: heartbeatingActivity(uploadTrial),
+      writeTrialResult: heartbeatingActivity(writeTrialResult),
+      runSessionCommand: runSessionCommand(deps),
+      runSessionCommandHere: runSessionCommandHere(deps),
+      checkSessionAlive: checkSessionAlive(deps),
+      checkSessionAliveHere: checkSessionAliveHere(deps),
+      writeSessionRecord,
+    })
+  );
 }
 
 /**
@@ -71,12 +74,14 @@ export function createLocalStepActivities(deps: ActivityDeps, provider: Provider
 }
 
 /** Activities of the job itself, served next to the workflows. */
-export const jobActivities = cappingErrors({
-  readPlanPage: heartbeatingActivity(readPlanPage),
-  endedTrials: heartbeatingActivity(endedTrials),
-  writeJobResult: heartbeatingActivity(writeJobResult),
-  writeTrialResult: heartbeatingActivity(writeTrialResult),
-});
+export const jobActivities = cappingErrors(
+  scrubbingErrors({
+    readPlanPage: heartbeatingActivity(readPlanPage),
+    endedTrials: heartbeatingActivity(endedTrials),
+    writeJobResult: heartbeatingActivity(writeJobResult),
+    writeTrialResult: heartbeatingActivity(writeTrialResult),
+  })
+);
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type LocalStepActivities = ReturnType<typeof createLocalStepActivities>;

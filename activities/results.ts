@@ -7,6 +7,7 @@ import type { LlmCallRecord } from '../src/gateway/records';
 import type { JobResult } from '../src/results/job-result';
 import { earlierCallFiles } from '../src/results/earlier-runs';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
+import { scrubbedValue } from '../src/results/scrub';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
 import type { TrialUsage } from '../src/results/usage';
@@ -17,6 +18,7 @@ import { readJobJson, writeJobJson } from '../src/storage/job-folder';
 import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
 import type { TrialSpec } from '../src/trial/types';
+import { settleCollected, trialSecrets } from './secrets';
 
 export interface WriteTrialResultInput {
   spec: TrialSpec;
@@ -36,6 +38,11 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
   const inStore = isStoreUrl(spec.jobDir);
   // A store job's result written away from its host: over what that host uploaded.
   if (inStore) await restoreTrialFolder(spec.jobDir, spec.trialName);
+  // A collect that died half-way left the container's files in place of the gateway's records, unscrubbed: settled
+  // now, or this step fails. What is written here (error messages: a reward file's first bytes, an upstream's error
+  // body) is scrubbed before it is written.
+  await settleCollected(spec);
+  result = scrubbedValue(result, await trialSecrets(spec));
   for (const error of result.cleanup_errors ?? []) {
     await appendTrialLog(
       spec.jobDir,
@@ -106,6 +113,7 @@ export interface UploadTrialInput {
  * result step adds last). A host lost meanwhile restarts the trial elsewhere: its files exist only here.
  */
 export async function uploadTrial({ spec }: UploadTrialInput): Promise<void> {
+  await settleCollected(spec);
   const { files } = await uploadTrialFolder(spec.jobDir, spec.trialName);
   await appendTrialLog(
     spec.jobDir,

@@ -231,7 +231,7 @@ async function verifySeparately(
     );
     await placeArtifacts(environment, verifier, collected);
     const rewards = await test(environment, verifier, spec, task, timeoutSec, signal, 'separate');
-    await copyVerifierLogs(environment, verifier, handle, mainStopped ? null : signal);
+    await copyVerifierLogs(spec, environment, verifier, handle, mainStopped ? null : signal);
     return rewards;
   } finally {
     await environment.remove(verifier);
@@ -315,6 +315,7 @@ async function test(
  * stopped container takes files too). `resetWith` null: the agent's /logs/verifier was emptied before main stopped.
  */
 async function copyVerifierLogs(
+  spec: TrialSpec,
   environment: Environment,
   from: EnvironmentHandle,
   to: EnvironmentHandle,
@@ -322,7 +323,18 @@ async function copyVerifierLogs(
 ): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-verifier-logs-'));
   try {
-    await environment.download(from, '/logs/verifier', dir);
+    // Within the job's collect limits: the task's test.sh writes what it likes there, and this copy is on the worker.
+    const budget = new CollectBudget(spec.collectLimits);
+    await environment.download(from, '/logs/verifier', dir, budget);
+    const report = budget.report();
+    if (report.limit_reached) {
+      const cut = report.cut.join(', ');
+      await log(
+        spec,
+        'verify',
+        `separate verifier's /logs/verifier: collect_max_${report.limit_reached} reached, not copied: ${cut}`
+      );
+    }
     if (resetWith) await resetVerifierLogs(environment, to, resetWith, false);
     await environment.upload(to, dir, '/logs/verifier');
   } finally {

@@ -26,3 +26,17 @@ export const log = {
 function write(level: LogLevel, line: string): void {
   if (logEnabled(level)) console.error(line);
 }
+
+/**
+ * The one idiom for a best-effort call (a clean-up whose failure must not fail the caller): its value, or undefined
+ * with one line saying what failed, so nothing is swallowed silently.
+ */
+export async function bestEffort<T>(what: string, call: Promise<T>, level: LogLevel = 'warn'): Promise<T | undefined> {
+  try {
+    return await call;
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    log[level === 'warning' ? 'warn' : level](`${what} failed (best effort, carrying on): ${message.split('\n')[0]}`);
+    return undefined;
+  }
+}

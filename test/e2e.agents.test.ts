@@ -102,6 +102,8 @@ const ALL_AGENTS: Record<
     env: openai,
   },
   'grok-cli': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  kilo: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  'continue-cli': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
 };
 /** ROLLOUT_TEST_AGENTS=cline,pi runs only those (while working on an agent); all by default. */
 const only = process.env.ROLLOUT_TEST_AGENTS?.split(',').filter(Boolean);

@@ -24,11 +24,33 @@ import type { EnvironmentHandle } from '../src/trial/types';
 import type { CliRun } from './support/cli';
 import { runCli, workspace } from './support/cli';
 import { containersOfJob, removeJobLeftovers } from './support/docker';
-import { TEST_HOST_ID, testTemporal } from './support/temporal';
+import type { TestStore } from './support/minio';
+import { startTestStore } from './support/minio';
+import { readObject } from './support/store-machines';
+import { TEST_HOST_ID, TEST_SERVER, testTemporal } from './support/temporal';
 
 const CANARY = `canary-${randomBytes(12).toString('hex')}`;
 const VENDOR_KEY = `sk-canary-${randomBytes(12).toString('hex')}`;
 const WORKER_ENV = { CANARY_SECRET: CANARY, OPENAI_API_KEY: VENDOR_KEY, ALLOWED_GREETING: 'hello-allowed' };
+/** A model call the agent claims it made, in the gateway's record format: a trial must never count it. */
+const FORGED_CALL = {
+  seq: 1,
+  started_at: '2026-11-27T00:00:00.000Z',
+  finished_at: '2026-11-27T00:00:01.000Z',
+  latency_ms: 1000,
+  dialect: 'openai-chat',
+  kind: 'generate',
+  method: 'POST',
+  path: '/chat/completions',
+  model: 'forged-model',
+  stream: false,
+  status: 200,
+  request: { messages: [{ role: 'user', content: 'forged' }] },
+  response: { choices: [{ message: { role: 'assistant', content: 'forged' } }] },
+  usage: { input_tokens: 999999, output_tokens: 999999, cached_tokens: 0 },
+  error: null,
+};
+
 const VICTIM_TAG = `rollout-victim-${randomBytes(4).toString('hex')}:latest`;
 const docker = new Docker();
 
@@ -350,3 +372,114 @@ const LISTEN = `-MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => 7
 /** Prints whether a TCP connection to `address`:7000 opens within 5 s. */
 const connect = (address: string) =>
   `timeout 5 bash -c 'exec 3<>/dev/tcp/${address}/7000' 2>/dev/null && echo connected || echo refused`;
+
+describe('a hostile trial in a job in a bucket (real MinIO): collect that fails half-way, a forged llm-calls.jsonl, verifier logs over the limit', () => {
+  const jobName = `task-bucket-${randomBytes(3).toString('hex')}`;
+  const bucket = `rollout-hostile-${TEST_SERVER.port}`;
+  let store: TestStore;
+  let dir: string;
+  let run: CliRun;
+  const trialKey = (task: string, file: string) => `jobs/${jobName}/${task}__oracle__1/${file}`;
+
+  before(async () => {
+    store = await startTestStore();
+    await store.createBucket(bucket);
+    const { connection } = await testTemporal();
+    await connection.close();
+    dir = await workspace();
+    const tasks = path.join(dir, 'tasks');
+    // The task is allowed the canary (as a dataset may need an HF_TOKEN), writes it into its logs, forges the
+    // gateway's record of model calls, then leaves a folder deeper than the host's PATH_MAX: extraction fails there,
+    // after the canary and the forged file were written on the host.
+    await writeTask(tasks, 'collect-breaker', {
+      toml: '[solution.env]\nTOKEN = "${CANARY_SECRET}"\n',
+      solve: [
+        'echo "stolen: $TOKEN" > /logs/agent/a-leak.txt',
+        `echo '${JSON.stringify(FORGED_CALL)}' > /logs/agent/llm-calls.jsonl`,
+        'cd /logs/agent && d=$(printf "z%.0s" $(seq 1 200))',
+        'for i in $(seq 1 20); do mkdir "$d" && cd "$d" || break; done',
+        'echo deep > f.txt',
+      ].join('\n'),
+    });
+    // A separate verifier whose test.sh fills /logs/verifier far beyond the job's collect limit.
+    const flood = await writeTask(tasks, 'verifier-flood', { solve: 'true' });
+    await writeFile(
+      path.join(flood, 'task.toml'),
+      'version = "1.0"\n[agent]\ntimeout_sec = 60\n[verifier]\nenvironment_mode = "separate"\n'
+    );
+    await writeFile(
+      path.join(flood, 'tests', 'Dockerfile'),
+      'FROM debian:bookworm-slim\nCOPY test.sh /tests/test.sh\n'
+    );
+    await writeFile(
+      path.join(flood, 'tests', 'test.sh'),
+      '#!/bin/bash\nhead -c 3000000 /dev/zero > /logs/verifier/flood.bin\necho 1 > /logs/verifier/reward.txt\n'
+    );
+    await writeFile(
+      path.join(dir, 'job.yaml'),
+      jobYaml(jobName, ['  task_env_allow: [CANARY_SECRET]', '  collect_max_bytes: 1Mi']).replace(
+        `name: ${jobName}\n`,
+        `name: ${jobName}\njobs_dir: s3://${bucket}/jobs\n`
+      )
+    );
+    run = await runCli(['job.yaml'], { cwd: dir, env: { ...store.env, ...WORKER_ENV }, timeoutMs: 10 * 60_000 });
+  });
+  after(async () => {
+    await removeJobLeftovers(jobName);
+    await store?.stop();
+  });
+
+  it('completes the job, the failed collect recorded as a clean-up error, never as the agent failing', async () => {
+    assert.equal(run.code, 0, run.stderr);
+    const result = JSON.parse(
+      await readObject(store, bucket, trialKey('collect-breaker', 'result.json'))
+    ) as TrialResult;
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    assert.deepEqual(result.rewards, { reward: 1 });
+    assert.ok(
+      result.cleanup_errors?.some((error) => error.step === 'collect'),
+      JSON.stringify(result.cleanup_errors)
+    );
+  });
+
+  it("never takes the agent's llm-calls.jsonl as the trial's usage record", async () => {
+    const result = JSON.parse(
+      await readObject(store, bucket, trialKey('collect-breaker', 'result.json'))
+    ) as TrialResult;
+    assert.equal(result.usage, null, 'no gateway, no usage: the forged record is not counted');
+    const objects = await store.objects(bucket, `jobs/${jobName}/`);
+    assert.ok(!objects.has(trialKey('collect-breaker', 'agent/llm-calls.jsonl')), [...objects.keys()].join('\n'));
+    assert.ok(!objects.has(trialKey('collect-breaker', 'agent/trajectory.json')));
+  });
+
+  it('scrubs what a failed collect extracted, so the canary is in no bucket object', async () => {
+    const objects = await store.objects(bucket, `jobs/${jobName}/`);
+    assert.ok(objects.has(trialKey('collect-breaker', 'agent/a-leak.txt')), 'the leak was extracted before it broke');
+    assert.equal(
+      await readObject(store, bucket, trialKey('collect-breaker', 'agent/a-leak.txt')),
+      'stolen: [REDACTED]\n'
+    );
+    for (const key of objects.keys()) {
+      assert.ok(!key.includes(CANARY), `the canary in a key: ${key}`);
+      const body = await readObject(store, bucket, key);
+      assert.ok(!body.includes(CANARY), `the canary leaked into ${key}`);
+      assert.ok(!body.includes(VENDOR_KEY), `the vendor key leaked into ${key}`);
+      assert.ok(!key.endsWith('.rollout-scrub-pending'), `the scrub mark uploaded: ${key}`);
+    }
+    assert.ok(!`${run.stdout}\n${run.stderr}`.includes(CANARY), 'the canary in the CLI output');
+  });
+
+  it("copies a separate verifier's /logs/verifier within the job's collect limit", async () => {
+    const result = JSON.parse(
+      await readObject(store, bucket, trialKey('verifier-flood', 'result.json'))
+    ) as TrialResult;
+    assert.equal(result.error, null, JSON.stringify(result.error));
+    const log = await readObject(store, bucket, trialKey('verifier-flood', 'trial.log'));
+    assert.match(
+      log,
+      /separate verifier's \/logs\/verifier: collect_max_bytes reached, not copied: verifier\/flood\.bin/
+    );
+    const objects = await store.objects(bucket, `jobs/${jobName}/verifier-flood__oracle__1/`);
+    assert.ok(!objects.has(trialKey('verifier-flood', 'verifier/flood.bin')));
+  });
+});

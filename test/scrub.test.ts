@@ -1,12 +1,14 @@
 /** Secret scrubbing of collected files: any size (streamed), file and folder names, values of any length. */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { chmod, chown, mkdir, mkdtemp, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { REDACTED, scrubSecrets, SecretScrubber } from '../src/results/scrub';
+import { REPO_ROOT } from './support/temporal';
 
 function scrubInChunks(text: string, secrets: string[], chunkBytes: number): string {
   const scrubber = new SecretScrubber(secrets);
@@ -73,5 +75,23 @@ describe('secret scrubbing', () => {
       `cache-${REDACTED}`,
       path.join(`cache-${REDACTED}`, `${REDACTED}.txt`),
     ]);
+  });
+
+  it('fails when a folder cannot be read, instead of leaving it unscrubbed (EACCES)', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'rollout-scrub-'));
+    const secret = 'hunter2-secret-value';
+    await mkdir(path.join(dir, 'locked'));
+    await writeFile(path.join(dir, 'locked', 'leak.txt'), secret);
+    await chmod(path.join(dir, 'locked'), 0o000);
+    // Run by another user than root, who reads any folder: the scrub in a child process without privileges.
+    const asUser = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : {};
+    if (asUser.uid !== undefined) await chown(dir, asUser.uid, asUser.gid);
+    const scrub = `require(${JSON.stringify(path.join(REPO_ROOT, 'dist', 'src', 'results', 'scrub.js'))})
+      .scrubSecrets(${JSON.stringify(dir)}, [${JSON.stringify(secret)}])
+      .then((n) => console.log('scrubbed', n), (err) => { console.log('failed', err.code); process.exitCode = 1; });`;
+    const child = spawnSync(process.execPath, ['-e', scrub], { encoding: 'utf8', timeout: 30_000, ...asUser });
+    await chmod(path.join(dir, 'locked'), 0o700);
+    assert.equal(child.stdout.trim(), 'failed EACCES', child.stderr);
+    assert.equal(await readFile(path.join(dir, 'locked', 'leak.txt'), 'utf8'), secret);
   });
 });

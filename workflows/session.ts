@@ -41,173 +41,206 @@ const LOCAL_STEP_PATCH = 'session-step-local-activity';
 const CLAIM_BY_STATE_PATCH = 'session-claim-by-state';
 
 export async function sessionWorkflow(input: SessionInput): Promise<SessionRecord> {
-  const { spec, limits } = input;
-  const record: SessionRecord = {
-    session_id: input.sessionId,
-    task_name: spec.taskName,
-    workflow_id: spec.trialId,
-    status: 'starting',
-    warm: input.pooled ?? false,
-    ended_by: null,
-    error: null,
-    rewards: null,
-    started_at: new Date().toISOString(),
-    ready_at: null,
-    ended_at: null,
-    host: null,
-    steps: [],
-  };
-  let handle: EnvironmentHandle | null = null;
-  let endedBy: SessionEnd | null = null;
-  let busy = false;
-  // A warm-pool session waits, ready, for a client to claim it; its idle time counts from the claim.
-  let claimed = !input.pooled;
-  let idleTimeoutSec = limits.idleTimeoutSec;
-  /** Set when the container is ready, then after every step. */
-  let lastActivity: number;
-  const end = (reason: SessionEnd) => (endedBy ??= reason);
-
-  setHandler(sessionRecordQuery, () => record);
-  setHandler(endSessionSignal, () => {
-    end('deleted');
-  });
-  setHandler(sessionReadyUpdate, async () => {
-    await condition(() => handle !== null || endedBy !== null);
-    if (!handle) throw ApplicationFailure.nonRetryable(record.error ?? `session ended (${endedBy})`, 'SessionEnded');
-    return { ready_at: record.ready_at! };
-  });
-
-  const { claimHost } = proxyActivities<ProviderActivities>({
-    taskQueue: providerQueue(spec.environmentType),
-    startToCloseTimeout: '1 minute',
-    // Sessions share the workers' trial slots; when every worker stays full, the session fails instead of waiting.
-    scheduleToCloseTimeout: CLAIM_TIMEOUT,
-    retry: { initialInterval: '1s', maximumInterval: '5s' },
-  });
-  let hostQueue: string;
+  const session = new SessionRun(input);
+  session.handleQueries();
+  const hostQueue = await session.claimHost();
+  if (hostQueue === null) return session.record;
+  session.onHost(hostQueue);
+  session.handleSteps();
+  session.handleClaim();
   try {
-    ({ hostQueue } = await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType }));
-  } catch {
-    end('failed');
-    record.error = `no worker had a free slot within ${CLAIM_TIMEOUT}`;
-    record.status = 'ended';
-    record.ended_by = endedBy;
-    await condition(allHandlersFinished);
-    return record;
+    await session.startContainer();
+    await session.liveUntilEnded();
+  } catch (err) {
+    session.end('failed');
+    session.record.error ??= failureMessage(err);
+  } finally {
+    await CancellationScope.nonCancellable(() => session.finish());
   }
-  record.host = hostQueue;
-  const host = hostActivities(input, hostQueue);
-  const local = proxyLocalActivities<ProviderActivities>({
-    startToCloseTimeout: (limits.stepTimeoutSec + GRACE_SEC) * 1000,
-    retry: { maximumAttempts: 1 },
-  });
+  return session.record;
+}
+
+/** One session's state, and the phases and handlers of its workflow. */
+class SessionRun {
+  readonly record: SessionRecord;
+  private handle: EnvironmentHandle | null = null;
+  private endedBy: SessionEnd | null = null;
+  private busy = false;
+  /** A warm-pool session waits, ready, for a client to claim it; its idle time counts from the claim. */
+  private claimed: boolean;
+  private idleTimeoutSec: number;
+  /** Set when the container is ready, then after every step. */
+  private lastActivity = 0;
+  private hostQueue = '';
+  private host!: ReturnType<typeof hostActivities>;
+  private local!: ProviderActivities;
   /** Set once a local activity was refused: this session's workflow worker is not its container's host. */
-  let notHere = false;
+  private notHere = false;
+
+  constructor(private readonly input: SessionInput) {
+    this.record = {
+      session_id: input.sessionId,
+      task_name: input.spec.taskName,
+      workflow_id: input.spec.trialId,
+      status: 'starting',
+      warm: input.pooled ?? false,
+      ended_by: null,
+      error: null,
+      rewards: null,
+      started_at: new Date().toISOString(),
+      ready_at: null,
+      ended_at: null,
+      host: null,
+      steps: [],
+    };
+    this.claimed = !input.pooled;
+    this.idleTimeoutSec = input.limits.idleTimeoutSec;
+  }
+
+  end(reason: SessionEnd): void {
+    this.endedBy ??= reason;
+  }
+
+  handleQueries(): void {
+    setHandler(sessionRecordQuery, () => this.record);
+    setHandler(endSessionSignal, () => this.end('deleted'));
+    setHandler(sessionReadyUpdate, async () => {
+      await condition(() => this.handle !== null || this.endedBy !== null);
+      if (!this.handle) {
+        throw ApplicationFailure.nonRetryable(this.record.error ?? `session ended (${this.endedBy})`, 'SessionEnded');
+      }
+      return { ready_at: this.record.ready_at! };
+    });
+  }
+
+  /** A host with a free slot, or null (the session then has ended, failed). */
+  async claimHost(): Promise<string | null> {
+    const { spec } = this.input;
+    const { claimHost } = proxyActivities<ProviderActivities>({
+      taskQueue: providerQueue(spec.environmentType),
+      startToCloseTimeout: '1 minute',
+      // Sessions share the workers' trial slots; when every worker stays full, the session fails instead of waiting.
+      scheduleToCloseTimeout: CLAIM_TIMEOUT,
+      retry: { initialInterval: '1s', maximumInterval: '5s' },
+    });
+    try {
+      return (await claimHost({ trialId: spec.trialId, environmentType: spec.environmentType })).hostQueue;
+    } catch {
+      this.end('failed');
+      this.record.error = `no worker had a free slot within ${CLAIM_TIMEOUT}`;
+      this.record.status = 'ended';
+      this.record.ended_by = this.endedBy;
+      await condition(allHandlersFinished);
+      return null;
+    }
+  }
+
+  onHost(hostQueue: string): void {
+    this.hostQueue = hostQueue;
+    this.record.host = hostQueue;
+    this.host = hostActivities(this.input, hostQueue);
+    this.local = proxyLocalActivities<ProviderActivities>({
+      startToCloseTimeout: (this.input.limits.stepTimeoutSec + GRACE_SEC) * 1000,
+      retry: { maximumAttempts: 1 },
+    });
+  }
+
   /** On the container's host: here, as a local activity, when this worker is the host (fast), else on its queue. */
-  async function onHost<I, R>(
+  private async onContainerHost<I, R>(
     here: (input: I & { hostQueue: string }) => Promise<R>,
     there: (input: I) => Promise<R>,
     input: I
   ): Promise<R> {
-    if (!notHere && patched(LOCAL_STEP_PATCH)) {
+    if (!this.notHere && patched(LOCAL_STEP_PATCH)) {
       try {
-        return await here({ ...input, hostQueue });
+        return await here({ ...input, hostQueue: this.hostQueue });
       } catch (err) {
         if (!notRunHere(err)) throw err;
-        notHere = true;
+        this.notHere = true;
       }
     }
     return there(input);
   }
-  const runCommand = (command: SessionCommandInput) =>
-    onHost(local.runSessionCommandHere, host.runSessionCommand, command);
+
+  private runCommand(command: SessionCommandInput) {
+    return this.onContainerHost(this.local.runSessionCommandHere, this.host.runSessionCommand, command);
+  }
+
   /**
    * Liveness before hand-out: a container that died while parked is never given to a client. Asked of the backend
    * (one Docker inspect); sessions claimed before that ran `true` in the container, and still replay so.
    */
-  const isAlive = (environment: EnvironmentHandle): Promise<boolean> =>
-    patched(CLAIM_BY_STATE_PATCH)
-      ? onHost(local.checkSessionAliveHere, host.checkSessionAlive, { spec, handle: environment })
-      : runCommand({ spec, handle: environment, command: 'true', timeoutSec: 10, outputLimitBytes: 100 }).then(
+  private isAlive(environment: EnvironmentHandle): Promise<boolean> {
+    const { spec } = this.input;
+    return patched(CLAIM_BY_STATE_PATCH)
+      ? this.onContainerHost(this.local.checkSessionAliveHere, this.host.checkSessionAlive, {
+          spec,
+          handle: environment,
+        })
+      : this.runCommand({ spec, handle: environment, command: 'true', timeoutSec: 10, outputLimitBytes: 100 }).then(
           (ran) => ran.exitCode === 0
         );
+  }
 
-  setHandler(
-    sessionStepUpdate,
-    async (call: ToolCall): Promise<StepOutcome> => {
-      await condition(() => !busy && (handle !== null || endedBy !== null));
-      if (!handle || endedBy) throw ApplicationFailure.nonRetryable(`session ended (${endedBy})`, 'SessionEnded');
-      busy = true;
-      const startedAt = new Date();
-      try {
-        const outcome = await runStep(call, handle, record.steps.length + 1);
-        record.steps.push({ ...outcome, tool_call: call, started_at: startedAt.toISOString() });
-        setCurrentDetails(`**${input.sessionId}** (${spec.taskName}): ${record.steps.length} steps`);
-        return outcome;
-      } finally {
-        busy = false;
-        lastActivity = Date.now();
-      }
-    },
-    {
+  handleSteps(): void {
+    setHandler(sessionStepUpdate, (call: ToolCall) => this.step(call), {
       validator: (call: ToolCall) => {
-        if (endedBy) throw new Error(`session ended (${endedBy})`);
+        if (this.endedBy) throw new Error(`session ended (${this.endedBy})`);
         if (call.name !== 'bash' && call.name !== 'submit') throw new Error(`unknown tool "${call.name}"`);
         if (call.name === 'bash' && typeof call.arguments.command !== 'string') {
           throw new Error('bash needs arguments.command (a string)');
         }
       },
-    }
-  );
+    });
+  }
 
-  setHandler(
-    sessionClaimUpdate,
-    async ({ idleTimeoutSec: idle }) => {
-      await condition(() => handle !== null || endedBy !== null);
-      if (!handle || endedBy) throw ApplicationFailure.nonRetryable(`session ended (${endedBy})`, 'SessionEnded');
-      const alive = await isAlive(handle).catch(() => false);
-      if (!alive) {
-        record.error = 'the parked container was no longer alive';
-        end('failed');
-        throw ApplicationFailure.nonRetryable(record.error, 'SessionEnded');
-      }
-      claimed = true;
-      if (idle !== undefined) idleTimeoutSec = Math.min(idle, idleTimeoutSec);
-      lastActivity = Date.now();
-      return { ready_at: record.ready_at! };
-    },
-    {
+  private async step(call: ToolCall): Promise<StepOutcome> {
+    await condition(() => !this.busy && (this.handle !== null || this.endedBy !== null));
+    if (!this.handle || this.endedBy) {
+      throw ApplicationFailure.nonRetryable(`session ended (${this.endedBy})`, 'SessionEnded');
+    }
+    this.busy = true;
+    const startedAt = new Date();
+    try {
+      const outcome = await this.runStep(call, this.handle, this.record.steps.length + 1);
+      this.record.steps.push({ ...outcome, tool_call: call, started_at: startedAt.toISOString() });
+      setCurrentDetails(`**${this.input.sessionId}** (${this.input.spec.taskName}): ${this.record.steps.length} steps`);
+      return outcome;
+    } finally {
+      this.busy = false;
+      this.lastActivity = Date.now();
+    }
+  }
+
+  handleClaim(): void {
+    setHandler(sessionClaimUpdate, (claim) => this.claim(claim.idleTimeoutSec), {
       validator: (_claim: { idleTimeoutSec?: number }) => {
-        if (claimed) throw new Error('session already claimed');
+        if (this.claimed) throw new Error('session already claimed');
       },
-    }
-  );
+    });
+  }
 
-  async function runStep(call: ToolCall, environment: EnvironmentHandle, step: number): Promise<StepOutcome> {
-    const started = Date.now();
-    if (call.name === 'submit') {
-      end('submitted');
-      try {
-        const rewards = await host.runVerifier({ spec, handle: environment });
-        record.rewards = rewards;
-        return {
-          observation: `verifier rewards: ${JSON.stringify(rewards)}`,
-          reward: primaryReward(rewards) ?? 0,
-          finished: true,
-          info: { step, rewards, duration_ms: Date.now() - started },
-        };
-      } catch (err) {
-        const message = failureMessage(err);
-        record.error = message;
-        return {
-          observation: `verifier failed: ${message}`,
-          reward: 0,
-          finished: true,
-          info: { step, rewards: null, error: message, duration_ms: Date.now() - started },
-        };
-      }
+  private async claim(idle: number | undefined): Promise<{ ready_at: string }> {
+    await condition(() => this.handle !== null || this.endedBy !== null);
+    if (!this.handle || this.endedBy) {
+      throw ApplicationFailure.nonRetryable(`session ended (${this.endedBy})`, 'SessionEnded');
     }
-    const ran = await runCommand({
+    const alive = await this.isAlive(this.handle).catch(() => false);
+    if (!alive) {
+      this.record.error = 'the parked container was no longer alive';
+      this.end('failed');
+      throw ApplicationFailure.nonRetryable(this.record.error, 'SessionEnded');
+    }
+    this.claimed = true;
+    if (idle !== undefined) this.idleTimeoutSec = Math.min(idle, this.idleTimeoutSec);
+    this.lastActivity = Date.now();
+    return { ready_at: this.record.ready_at! };
+  }
+
+  private async runStep(call: ToolCall, environment: EnvironmentHandle, step: number): Promise<StepOutcome> {
+    if (call.name === 'submit') return this.submit(environment, step);
+    const { spec, limits } = this.input;
+    const ran = await this.runCommand({
       spec,
       handle: environment,
       command: call.arguments.command as string,
@@ -232,41 +265,71 @@ export async function sessionWorkflow(input: SessionInput): Promise<SessionRecor
     };
   }
 
-  try {
-    const image = await host.buildEnvironment({ spec });
-    const started = await host.startEnvironment({ spec, image: image.image });
-    handle = started.handle;
-    record.status = 'ready';
-    record.ready_at = new Date().toISOString();
-    lastActivity = Date.now();
-    const deadline = Date.now() + limits.maxLifetimeSec * 1000;
-    while (!endedBy) {
-      const idleLeft = claimed ? lastActivity + idleTimeoutSec * 1000 - Date.now() : Infinity;
-      const lifeLeft = deadline - Date.now();
-      if (lifeLeft <= 0) end('max_lifetime');
-      else if (idleLeft <= 0 && !busy) end('idle');
-      else if (!claimed) await condition(() => endedBy !== null || claimed, lifeLeft);
-      else await condition(() => endedBy !== null || busy, Math.max(1, Math.min(idleLeft, lifeLeft)));
-      if (busy) await condition(() => !busy || endedBy !== null);
+  /** The verifier's rewards end the session. */
+  private async submit(environment: EnvironmentHandle, step: number): Promise<StepOutcome> {
+    const started = Date.now();
+    this.end('submitted');
+    try {
+      const rewards = await this.host.runVerifier({ spec: this.input.spec, handle: environment });
+      this.record.rewards = rewards;
+      return {
+        observation: `verifier rewards: ${JSON.stringify(rewards)}`,
+        reward: primaryReward(rewards) ?? 0,
+        finished: true,
+        info: { step, rewards, duration_ms: Date.now() - started },
+      };
+    } catch (err) {
+      const message = failureMessage(err);
+      this.record.error = message;
+      return {
+        observation: `verifier failed: ${message}`,
+        reward: 0,
+        finished: true,
+        info: { step, rewards: null, error: message, duration_ms: Date.now() - started },
+      };
     }
-  } catch (err) {
-    end('failed');
-    record.error ??= failureMessage(err);
-  } finally {
-    await CancellationScope.nonCancellable(async () => {
-      await condition(allHandlersFinished);
-      record.status = 'ended';
-      record.ended_by = endedBy;
-      record.ended_at = new Date().toISOString();
-      // Best effort, each: the session has ended either way; what failed is logged.
-      const failed = (what: string) => (err: unknown) =>
-        log.warn(`session ${spec.trialId}: ${what} failed`, { error: failureMessage(err) });
-      await host.writeSessionRecord({ spec, record, limits }).catch(failed('writing its record'));
-      if (handle) await host.stopEnvironment({ spec, handle }).catch(failed('stopping its environment'));
-      await host.cleanupEnvironment({ spec }).catch(failed('cleaning up its environment'));
-    });
   }
-  return record;
+
+  async startContainer(): Promise<void> {
+    const { spec } = this.input;
+    const image = await this.host.buildEnvironment({ spec });
+    const started = await this.host.startEnvironment({ spec, image: image.image });
+    this.handle = started.handle;
+    this.record.status = 'ready';
+    this.record.ready_at = new Date().toISOString();
+    this.lastActivity = Date.now();
+  }
+
+  /** Until deleted, submitted, idle (once claimed) or at its maximum lifetime; a running step is never cut. */
+  async liveUntilEnded(): Promise<void> {
+    const deadline = Date.now() + this.input.limits.maxLifetimeSec * 1000;
+    while (!this.endedBy) {
+      const idleLeft = this.claimed ? this.lastActivity + this.idleTimeoutSec * 1000 - Date.now() : Infinity;
+      const lifeLeft = deadline - Date.now();
+      if (lifeLeft <= 0) this.end('max_lifetime');
+      else if (idleLeft <= 0 && !this.busy) this.end('idle');
+      else if (!this.claimed) await condition(() => this.endedBy !== null || this.claimed, lifeLeft);
+      else await condition(() => this.endedBy !== null || this.busy, Math.max(1, Math.min(idleLeft, lifeLeft)));
+      if (this.busy) await condition(() => !this.busy || this.endedBy !== null);
+    }
+  }
+
+  /** The record written and the container removed, whatever ended the session. */
+  async finish(): Promise<void> {
+    const { spec, limits } = this.input;
+    await condition(allHandlersFinished);
+    this.record.status = 'ended';
+    this.record.ended_by = this.endedBy;
+    this.record.ended_at = new Date().toISOString();
+    // Best effort, each: the session has ended either way; what failed is logged.
+    const failed = (what: string) => (err: unknown) =>
+      log.warn(`session ${spec.trialId}: ${what} failed`, { error: failureMessage(err) });
+    await this.host.writeSessionRecord({ spec, record: this.record, limits }).catch(failed('writing its record'));
+    if (this.handle) {
+      await this.host.stopEnvironment({ spec, handle: this.handle }).catch(failed('stopping its environment'));
+    }
+    await this.host.cleanupEnvironment({ spec }).catch(failed('cleaning up its environment'));
+  }
 }
 
 /** An activity failure's own message (the cause), not Temporal's wrapper. */

@@ -7,9 +7,11 @@ import type { BuiltinAgentDefinition } from './builtin';
 import claudeCode from './claude-code';
 import cline from './cline';
 import codex from './codex';
+import continueCli from './continue-cli';
 import copilotCli from './copilot-cli';
 import geminiCli from './gemini-cli';
 import grokCli from './grok-cli';
+import kilo from './kilo';
 import kimi from './kimi';
 import miniSweAgent from './mini-swe-agent';
 import opencode from './opencode';
@@ -30,6 +32,8 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   kimi,
   cline,
   grokCli,
+  kilo,
+  continueCli,
   terminus,
 ];
 
@@ -52,11 +56,6 @@ export const UNSUPPORTED_AGENTS: readonly { name: string; reason: string }[] = [
     reason: 'needs Python >= 3.12: bookworm has 3.11, and Python builds come from GitHub (uv python install)',
   },
   { name: 'openhands-sdk', reason: 'needs Python >= 3.12 (as mistral-vibe)' },
-  {
-    name: 'kilo',
-    reason:
-      'npm @kilocode/cli 7.7.7 (7.8.1 names platform packages never published) runs against a custom endpoint here by hand, but its run exceeded 360 s in the real-agent test on the loaded host: not verified',
-  },
   {
     name: 'auggie',
     reason: "on npm, but every model call goes to Augment's own service: no base URL to point at a gateway",

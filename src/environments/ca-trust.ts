@@ -11,6 +11,7 @@ import path from 'node:path';
 import { writeFileAtomic } from '../results/files';
 import { hostCacheDir } from '../host-cache';
 import type { StartFile } from './environment';
+import { ifPresent } from '../files/absent';
 
 export const CA_TRUST_MODES = ['auto', 'on', 'off'] as const;
 export type CaTrustMode = (typeof CA_TRUST_MODES)[number];
@@ -42,7 +43,7 @@ export async function hostCaBundle(
   if (mode === 'off') return null;
   const extras = await certificateFiles(locations.extraDir);
   if (mode === 'auto' && extras.length === 0) return null;
-  const system = await readFile(locations.systemBundle, 'utf8').catch(() => '');
+  const system = (await ifPresent(readFile(locations.systemBundle, 'utf8'))) ?? '';
   const parts = [system];
   for (const file of extras) {
     const pem = await readFile(file, 'utf8');
@@ -65,7 +66,7 @@ export async function hostCaBundle(
 }
 
 async function certificateFiles(dir: string): Promise<string[]> {
-  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  const entries = (await ifPresent(readdir(dir, { recursive: true, withFileTypes: true }))) ?? [];
   return entries
     .filter((entry) => entry.isFile() && /\.(crt|pem)$/.test(entry.name))
     .map((entry) => path.join(entry.parentPath, entry.name))

@@ -11,6 +11,7 @@ import tarStream from 'tar-stream';
 
 import { resolveInside } from '../files/inside';
 import type { CollectLimits, CollectReport } from '../trial/types';
+import { ifPresent } from '../files/absent';
 
 /** Paths of a CollectReport's `cut` beyond the first few are only counted: the report travels in a payload. */
 const CUT_PATHS_KEPT = 20;
@@ -63,7 +64,7 @@ export async function makeRealDirectory(root: string, dir: string): Promise<void
   let current = root;
   for (const part of path.relative(root, dir).split(path.sep).filter(Boolean)) {
     current = path.join(current, part);
-    const info = await lstat(current).catch(() => undefined);
+    const info = await ifPresent(lstat(current));
     if (info?.isDirectory()) continue;
     if (info) await rm(current, { recursive: true, force: true });
     await mkdir(current);

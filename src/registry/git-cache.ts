@@ -6,7 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 
 import { InputError } from '../errors';
-import { isDirectory } from '../files/absent';
+import { ifPresent, isDirectory } from '../files/absent';
 import type { PinnedTask, RegistryTask } from './schema';
 
 const run = promisify(execFile);
@@ -114,7 +114,7 @@ export async function pinTasks(
 
 async function resolveRef(url: string, ref: string, root: string): Promise<string> {
   if (SHORT_SHA.test(ref) && ref !== 'HEAD') {
-    const cached = await readdir(repoDir(root, url)).catch(() => [] as string[]);
+    const cached = (await ifPresent(readdir(repoDir(root, url)))) ?? [];
     const matches = cached.filter((name) => FULL_SHA.test(name) && name.startsWith(ref.toLowerCase()));
     if (matches.length === 1 && matches[0]) return matches[0];
     return resolveShortSha(url, ref, root);

@@ -91,7 +91,9 @@ export async function scrubSecrets(dir: string, secrets: string[]): Promise<numb
   if (secrets.every((secret) => secret === '')) return 0;
   const names = new SecretScrubber(secrets);
   let changed = 0;
-  for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+  // A folder that cannot be read (EACCES, EIO, EMFILE) is an error, never a folder left unscrubbed; only one that is
+  // not there (nothing was collected) is skipped.
+  for (const entry of (await ifPresent(readdir(dir, { withFileTypes: true }))) ?? []) {
     let full = path.join(dir, entry.name);
     const name = names.scrub(entry.name);
     if (name !== entry.name) {
@@ -104,6 +106,14 @@ export async function scrubSecrets(dir: string, secrets: string[]): Promise<numb
     else if (entry.isFile() && (await scrubFile(full, new SecretScrubber(secrets)))) changed += 1;
   }
   return changed;
+}
+
+/** `value` with the secrets redacted in every string it holds (a result about to be written). */
+export function scrubbedValue<T>(value: T, secrets: string[]): T {
+  const scrubber = new SecretScrubber(secrets);
+  return JSON.parse(JSON.stringify(value), (_key, item: unknown) =>
+    typeof item === 'string' ? scrubber.scrub(item) : item
+  ) as T;
 }
 
 /** Rewrites `file` through the scrubber into a sibling, replacing it only when something was redacted. */

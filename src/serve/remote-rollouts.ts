@@ -23,6 +23,7 @@ import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './tracing-url';
 import type { TrialSpec, TrialSummary } from '../trial/types';
 import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
+import { ifPresent } from '../files/absent';
 
 const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });
 
@@ -246,7 +247,7 @@ export function statusOf(rolloutId: string, summary: Pick<TrialSummary, 'rewards
 }
 
 async function listFiles(dir: string, prefix = ''): Promise<string[]> {
-  const entries = await readdir(path.join(dir, prefix), { withFileTypes: true }).catch(() => []);
+  const entries = (await ifPresent(readdir(path.join(dir, prefix), { withFileTypes: true }))) ?? [];
   const files: string[] = [];
   for (const entry of entries) {
     const relative = path.join(prefix, entry.name);

@@ -5,6 +5,8 @@
  * are taken or die, and ended at shutdown. Being workflows, parked sessions are never mistaken for abandoned
  * containers.
  */
+import { bestEffort } from '../log';
+
 export interface WarmPoolOps {
   /** Starts a parked session of `task`; its id. */
   start(task: string): Promise<string>;
@@ -61,7 +63,7 @@ export class WarmPool {
     await Promise.all(this.inflight);
     const ids = [...this.parked.values()].flat();
     this.parked.clear();
-    await Promise.all(ids.map((id) => this.ops.end(id).catch(() => undefined)));
+    await Promise.all(ids.map((id) => bestEffort(`ending parked session ${id}`, this.ops.end(id))));
   }
 
   private async startOne(task: string): Promise<void> {

@@ -22,7 +22,7 @@ export async function loadTask(dir: string, requirement?: EnvironmentRequirement
   const tomlPath = path.join(absolute, 'task.toml');
   const problems: Problem[] = [];
   // A task folder may be reached through a link (a dataset assembled from links); what it holds must stay inside it.
-  const root = await realpath(absolute).catch(() => absolute);
+  const root = (await ifPresent(realpath(absolute))) ?? absolute;
   const readText = (file: string, into: Problem[]) => readTaskText(root, file, into);
 
   let config: TaskConfig | undefined;

@@ -6,6 +6,7 @@ import { homedir } from 'node:os';
 import path from 'node:path';
 
 import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
+import { ifPresent } from '../files/absent';
 
 /**
  * The embedded default: a local Temporal dev server (the `temporal` CLI) with SQLite persistence under the user's
@@ -46,7 +47,7 @@ export interface DevServerStatus {
 
 export async function devServerStatus(config: DevServerConfig): Promise<DevServerStatus> {
   const paths = files(config);
-  const pid = Number(await readFile(paths.pid, 'utf8').catch(() => '')) || null;
+  const pid = Number((await ifPresent(readFile(paths.pid, 'utf8'))) ?? '') || null;
   return {
     running: await portOpen(config.ip, config.port),
     address: `${config.ip}:${config.port}`,

@@ -5,7 +5,7 @@
  * call's request, past what earlier calls already showed) are user steps and observations. Side calls (a title, a
  * next-speaker check: calls offering other tools than the main loop) count in the totals but are not steps.
  */
-import type { Message, Usage } from '../gateway/dialect';
+import type { Dialect, Message, Usage } from '../gateway/dialect';
 import { dialectByName } from '../gateway/dialects';
 import { callCost, priceOf } from '../gateway/prices';
 import type { LlmCallRecord } from '../gateway/records';
@@ -149,29 +149,46 @@ export function buildTrajectory(records: LlmCallRecord[], meta: TrajectoryMeta):
         push({ source: message.role, message: message.content, ...(copied ? { is_copied_context: true } : {}) });
       }
     }
-    const usage = call.usage ?? { input_tokens: 0, output_tokens: 0, cached_tokens: 0 };
-    const price = call.model ? priceOf(call.model) : null;
-    const tokens = dialect.tokens?.(call.response) ?? null;
-    lastAgent = push({
-      timestamp: call.finished_at,
-      source: 'agent',
-      message: reply.content,
-      ...(call.model ? { model_name: call.model } : {}),
-      ...(reply.reasoning ? { reasoning_content: reply.reasoning } : {}),
-      ...toolCalls(reply),
-      metrics: {
-        prompt_tokens: usage.input_tokens,
-        completion_tokens: usage.output_tokens,
-        cached_tokens: usage.cached_tokens,
-        ...(price ? { cost_usd: callCost(price, usage) } : {}),
-        ...(tokens?.token_ids ? { completion_token_ids: tokens.token_ids } : {}),
-        ...(tokens?.logprobs ? { logprobs: tokens.logprobs } : {}),
-      },
-      llm_call_count: 1,
-    });
+    lastAgent = push(replyStep(call, reply, dialect));
     seen = conversation.length + 1;
   }
   if (steps.length === 0) return null;
+  const counts = { n_llm_calls: generations.length, n_side_calls: sideCalls, n_failed_calls: failed };
+  return trajectory(meta, steps, tools, totals, cost, counts);
+}
+
+/** The agent's step for one generate call: its reply, with the call's tokens, cost and (when kept) token ids. */
+function replyStep(call: LlmCallRecord, reply: Message, dialect: Dialect): Omit<AtifStep, 'step_id'> {
+  const usage = call.usage ?? { input_tokens: 0, output_tokens: 0, cached_tokens: 0 };
+  const price = call.model ? priceOf(call.model) : null;
+  const tokens = dialect.tokens?.(call.response) ?? null;
+  return {
+    timestamp: call.finished_at,
+    source: 'agent',
+    message: reply.content,
+    ...(call.model ? { model_name: call.model } : {}),
+    ...(reply.reasoning ? { reasoning_content: reply.reasoning } : {}),
+    ...toolCalls(reply),
+    metrics: {
+      prompt_tokens: usage.input_tokens,
+      completion_tokens: usage.output_tokens,
+      cached_tokens: usage.cached_tokens,
+      ...(price ? { cost_usd: callCost(price, usage) } : {}),
+      ...(tokens?.token_ids ? { completion_token_ids: tokens.token_ids } : {}),
+      ...(tokens?.logprobs ? { logprobs: tokens.logprobs } : {}),
+    },
+    llm_call_count: 1,
+  };
+}
+
+function trajectory(
+  meta: TrajectoryMeta,
+  steps: AtifStep[],
+  tools: unknown[] | undefined,
+  totals: Usage,
+  cost: number | null,
+  counts: AtifTrajectory['final_metrics']['extra']
+): AtifTrajectory {
   return {
     schema_version: ATIF_VERSION,
     session_id: meta.sessionId,
@@ -188,7 +205,7 @@ export function buildTrajectory(records: LlmCallRecord[], meta: TrajectoryMeta):
       total_cached_tokens: totals.cached_tokens,
       total_cost_usd: cost,
       total_steps: steps.length,
-      extra: { n_llm_calls: generations.length, n_side_calls: sideCalls, n_failed_calls: failed },
+      extra: counts,
     },
     extra: { source: 'rollout model gateway (agent/llm-calls.jsonl)' },
   };

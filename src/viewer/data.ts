@@ -65,7 +65,7 @@ export interface TrialRow extends JobTrial {
 /** The job folders under `root`, or `root` itself when it is one. */
 export async function findJobDirs(root: string): Promise<string[]> {
   if (await isJobDir(root)) return [path.resolve(root)];
-  const entries = await readdir(root, { withFileTypes: true }).catch(() => []);
+  const entries = (await ifPresent(readdir(root, { withFileTypes: true }))) ?? [];
   const dirs: string[] = [];
   for (const entry of entries) {
     const dir = path.resolve(root, entry.name);
@@ -289,7 +289,7 @@ export const readHead = readRegularHead;
 export async function trialFiles(trialDir: string): Promise<{ path: string; size: number }[]> {
   const files: { path: string; size: number }[] = [];
   const walk = async (relative: string) => {
-    const entries = await readdir(path.join(trialDir, relative), { withFileTypes: true }).catch(() => []);
+    const entries = (await ifPresent(readdir(path.join(trialDir, relative), { withFileTypes: true }))) ?? [];
     for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
       const child = relative ? `${relative}/${entry.name}` : entry.name;
       if (entry.isDirectory()) await walk(child);

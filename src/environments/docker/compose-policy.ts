@@ -13,6 +13,7 @@ import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 
 import { parse as parseYaml } from 'yaml';
+import { ifPresent } from '../../files/absent';
 
 /** The parts of a resolved compose model (`docker compose config --format json`) Rollout reads or changes. */
 export interface ComposeModel {
@@ -292,7 +293,7 @@ async function buildProblems(field: string, build: unknown, taskDir: string): Pr
  * nearest folder above it that does.
  */
 export async function insideTask(taskDir: string, file: string): Promise<boolean> {
-  const root = await realpath(taskDir).catch(() => path.resolve(taskDir));
+  const root = (await ifPresent(realpath(taskDir))) ?? path.resolve(taskDir);
   let candidate = path.resolve(file);
   let rest = '';
   for (;;) {

@@ -13,6 +13,7 @@ import { LineTail, runCommand } from '../cli-command';
 import { TaskEnvironmentError } from '../environment';
 import type { ComposeModel, ComposeProblem, ComposeService } from './compose-policy';
 import { hardenModel, modelProblems, rawComposeProblems } from './compose-policy';
+import { ifPresent } from '../../files/absent';
 
 /** The service that is the trial's container. */
 export const MAIN_SERVICE = 'main';
@@ -23,7 +24,7 @@ const OUTPUT_LINES = 40;
 
 /** The task's docker-compose.yaml (or .yml) in its environment/ folder, or null. */
 export async function taskComposeFile(environmentDir: string): Promise<string | null> {
-  const files = await readdir(environmentDir).catch(() => [] as string[]);
+  const files = (await ifPresent(readdir(environmentDir))) ?? [];
   const name = ['docker-compose.yaml', 'docker-compose.yml'].find((file) => files.includes(file));
   return name ? path.join(environmentDir, name) : null;
 }

@@ -13,6 +13,7 @@ import {
   LABEL_WORKER,
   TaskEnvironmentError,
 } from '../environment';
+import { bestEffort } from '../../log';
 import { firstLine } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { statusCode } from '../image-builder/engine';
@@ -267,8 +268,8 @@ async function startContainer(container: Docker.Container): Promise<void> {
   try {
     await container.start();
   } catch (err) {
-    // Best effort: the trial's next start removes it by label anyway.
-    await container.remove({ force: true }).catch(() => undefined);
+    // The trial's next start removes it by label anyway.
+    await bestEffort(`removing container ${container.id} that did not start`, container.remove({ force: true }));
     // An image without `sleep` (scratch, distroless) cannot host a trial: a problem of the task, not worth a retry.
     if (/executable file not found|"sleep"/.test(firstLine(err))) {
       throw new TaskEnvironmentError('EnvironmentStartError', `the image cannot run sleep: ${firstLine(err)}`);

@@ -14,6 +14,7 @@ import tarStream from 'tar-stream';
 
 import { shellQuote } from '../../shell';
 import { TaskEnvironmentError } from '../environment';
+import { ifPresent } from '../../files/absent';
 
 /**
  * Base64 per physical line: Dockerfile parsers refuse a line of 64 KiB or more (BuildKit frontend/dockerfile/parser/
@@ -206,7 +207,7 @@ async function expand(contextDir: string, source: string): Promise<string[]> {
       : [];
   }
   const dir = path.posix.dirname(relative);
-  const names = await readdir(path.join(contextDir, dir)).catch(() => [] as string[]);
+  const names = (await ifPresent(readdir(path.join(contextDir, dir)))) ?? [];
   return names.map((name) => path.posix.join(dir, name)).filter((name) => minimatch(name, relative, { dot: true }));
 }
 

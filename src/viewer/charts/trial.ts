@@ -6,6 +6,7 @@ import type { TrialRow } from '../data';
 import type { VNode } from '../html';
 import { fmt, html } from '../html';
 import type { LlmCall } from '../trajectory';
+import type { Scale } from './svg';
 import { chart, colour, linear, plotArea, ticksOf } from './svg';
 
 /** Past this many calls, calls are counted per time bucket instead of drawn one by one. */
@@ -110,6 +111,11 @@ export function trialCharts(result: NonNullable<TrialRow['result']>, steps: Step
     left: LEFT,
   });
   if (spans.length === 0) return html`<div class="charts">${timeline}</div>`;
+  return html`<div class="charts stacked">${timeline} ${tokenChart(spans, buckets, x)}</div>`;
+}
+
+/** Input and output tokens of each model call (or time bucket of calls), on the lifecycle's time axis. */
+function tokenChart(spans: CallSpan[], buckets: ReturnType<typeof bucketed> | null, x: Scale): VNode {
   const tokenArea = plotArea(WIDTH, 200, LEFT);
   const points = buckets ?? spans;
   const maxTokens = Math.max(1, ...points.map((p) => p.input + p.output));
@@ -139,7 +145,7 @@ export function trialCharts(result: NonNullable<TrialRow['result']>, steps: Step
       >`,
     ];
   });
-  const tokens = chart({
+  return chart({
     id: 'chart-call-tokens',
     title: 'Tokens per model call',
     desc: `Input and output tokens of each of the ${spans.length} model calls${buckets ? `, summed per ${buckets.length} time buckets` : ''}, on the same time axis.`,
@@ -156,7 +162,6 @@ export function trialCharts(result: NonNullable<TrialRow['result']>, steps: Step
     height: 200,
     left: LEFT,
   });
-  return html`<div class="charts stacked">${timeline} ${tokens}</div>`;
 }
 
 /** Calls summed per equal time bucket (in ms, over the axis' domain in seconds); empty buckets left out. */

@@ -33,21 +33,7 @@ function outcomesByTask(side: CompareSide): Map<string, TaskOutcome> {
 }
 
 export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): string {
-  const left = outcomesByTask(a);
-  const right = outcomesByTask(b);
-  const tasks = [...new Set([...left.keys(), ...right.keys()])];
-  const rows = tasks.map((task) => {
-    const l = left.get(task)?.mean ?? null;
-    const r = right.get(task)?.mean ?? null;
-    return { task, l, r, diff: l !== null && r !== null ? r - l : null };
-  });
-  // The tasks where they differ most first; then tasks only one side ran; then ties, by name.
-  rows.sort(
-    (x, y) =>
-      Math.abs(y.diff ?? 0) - Math.abs(x.diff ?? 0) ||
-      Number(x.diff !== null) - Number(y.diff !== null) ||
-      x.task.localeCompare(y.task)
-  );
+  const rows = taskRows(outcomesByTask(a), outcomesByTask(b));
   const paired = rows.filter((row) => row.diff !== null);
   const estimate = pairedEstimate(paired.map((row) => row.diff!));
   const better = paired.filter((row) => row.diff! > 0).length;
@@ -114,4 +100,21 @@ export function comparePage(ctx: LinkContext, a: CompareSide, b: CompareSide): s
       </table>
     </section>`
   );
+}
+
+/** Each task's mean reward on both sides: where they differ most first, then tasks one side ran, then ties by name. */
+function taskRows(left: ReturnType<typeof outcomesByTask>, right: ReturnType<typeof outcomesByTask>) {
+  const tasks = [...new Set([...left.keys(), ...right.keys()])];
+  const rows = tasks.map((task) => {
+    const l = left.get(task)?.mean ?? null;
+    const r = right.get(task)?.mean ?? null;
+    return { task, l, r, diff: l !== null && r !== null ? r - l : null };
+  });
+  rows.sort(
+    (x, y) =>
+      Math.abs(y.diff ?? 0) - Math.abs(x.diff ?? 0) ||
+      Number(x.diff !== null) - Number(y.diff !== null) ||
+      x.task.localeCompare(y.task)
+  );
+  return rows;
 }

@@ -99,43 +99,9 @@ export function trialsSection(ctx: LinkContext, data: TrialsView, agents: string
   const pages = Math.max(1, Math.ceil(filtered.length / TRIALS_PER_PAGE));
   const current = ctx.live ? Math.min(Math.max(1, data.page), pages) : 1;
   const shown = ctx.live ? filtered.slice((current - 1) * TRIALS_PER_PAGE, current * TRIALS_PER_PAGE) : filtered;
-  const tasks = [...new Set(data.rows.map((row) => row.taskName))].sort();
   const query = filterQuery(filter);
   return html`<div>
-    ${
-      ctx.live
-        ? html`<form method="get" action=${ctx.href(['jobs', jobName]) + '#trials'} class="filters" id="filters">
-            <label>search <input name="q" value=${filter.q ?? ''} placeholder="trial name" /></label>
-            <label
-              >task
-              <select name="task">
-                <option value="">all</option>
-                ${tasks.map((t) => html`<option value=${t} selected=${filter.task === t}>${t}</option>`)}
-              </select></label
-            >
-            <label
-              >agent
-              <select name="agent">
-                <option value="">all</option>
-                ${agents.map((a) => html`<option value=${a} selected=${filter.agent === a}>${a}</option>`)}
-              </select></label
-            >
-            <label
-              >error
-              <select name="error">
-                <option value="">all</option>
-                <option value="none" selected=${filter.error === 'none'}>no error</option>
-                <option value="any" selected=${filter.error === 'any'}>any error</option>
-                ${errorTypes.map((t) => html`<option value=${t} selected=${filter.error === t}>${t}</option>`)}
-              </select></label
-            >
-            <label>reward ≥ <input name="min" size="4" value=${filter.minReward ?? ''} /></label>
-            <label>≤ <input name="max" size="4" value=${filter.maxReward ?? ''} /></label>
-            <button type="submit">Filter</button>
-            <a href=${ctx.href(['jobs', jobName]) + '#trials'}>clear</a>
-          </form>`
-        : null
-    }
+    ${ctx.live ? filtersForm(ctx, data, agents, errorTypes) : null}
     <p class="muted" id="trial-count">
       ${filtered.length} of ${data.rows.length} trials${pages > 1 ? ` · page ${current} of ${pages}` : ''}
     </p>
@@ -182,6 +148,42 @@ export function trialsSection(ctx: LinkContext, data: TrialsView, agents: string
     </table>
     ${pages > 1 && ctx.live ? pager(ctx, 'trial-pager', ['jobs', jobName], query, 'page', current, pages, '#trials') : null}
   </div>`;
+}
+
+/** The live viewer's filters: search, task, agent, error, reward range. */
+function filtersForm(ctx: LinkContext, data: TrialsView, agents: string[], errorTypes: string[]): VNode {
+  const { filter, jobName } = data;
+  const tasks = [...new Set(data.rows.map((row) => row.taskName))].sort();
+  return html`<form method="get" action=${ctx.href(['jobs', jobName]) + '#trials'} class="filters" id="filters">
+    <label>search <input name="q" value=${filter.q ?? ''} placeholder="trial name" /></label>
+    <label
+      >task
+      <select name="task">
+        <option value="">all</option>
+        ${tasks.map((t) => html`<option value=${t} selected=${filter.task === t}>${t}</option>`)}
+      </select></label
+    >
+    <label
+      >agent
+      <select name="agent">
+        <option value="">all</option>
+        ${agents.map((a) => html`<option value=${a} selected=${filter.agent === a}>${a}</option>`)}
+      </select></label
+    >
+    <label
+      >error
+      <select name="error">
+        <option value="">all</option>
+        <option value="none" selected=${filter.error === 'none'}>no error</option>
+        <option value="any" selected=${filter.error === 'any'}>any error</option>
+        ${errorTypes.map((t) => html`<option value=${t} selected=${filter.error === t}>${t}</option>`)}
+      </select></label
+    >
+    <label>reward ≥ <input name="min" size="4" value=${filter.minReward ?? ''} /></label>
+    <label>≤ <input name="max" size="4" value=${filter.maxReward ?? ''} /></label>
+    <button type="submit">Filter</button>
+    <a href=${ctx.href(['jobs', jobName]) + '#trials'}>clear</a>
+  </form>`;
 }
 
 export function filterQuery(filter: TrialFilter): Record<string, string | number | undefined> {

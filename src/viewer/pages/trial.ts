@@ -45,91 +45,7 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
         <a href=${ctx.href([])}>jobs</a> / <a href=${ctx.href(['jobs', jobName])}>${jobName}</a> / ${row.trialName}
       </nav>
       <h1>${row.trialName} <span class=${`status ${row.state}`}>${row.state}</span></h1>
-      <table class="facts" id="facts">
-        <tbody>
-          <tr>
-            <th>task</th>
-            <td>${row.taskName} <span class="muted">(${row.datasetName})</span></td>
-          </tr>
-          <tr>
-            <th>agent</th>
-            <td>
-              ${row.agentName}${' '}
-              ${
-                row.agentInfo
-                  ? html`<span class="muted"
-                      >${[row.agentInfo.name, row.agentInfo.version, row.agentInfo.model].filter(Boolean).join(' · ')}</span
-                    >`
-                  : null
-              }
-            </td>
-          </tr>
-          <tr>
-            <th>attempt</th>
-            <td>${row.attempt}</td>
-          </tr>
-          <tr>
-            <th>rewards</th>
-            <td id="rewards">
-              ${
-                result?.rewards
-                  ? Object.entries(result.rewards).map(
-                      ([key, value]) =>
-                        html`<span class="chip reward" style=${`background:${rewardColour(value)}`}
-                          >${key} ${fmt(value)}</span
-                        > `
-                    )
-                  : 'none'
-              }
-            </td>
-          </tr>
-          <tr>
-            <th>error</th>
-            <td id="error">
-              ${
-                result?.error
-                  ? html`<span class=${`chip ${errorLevel(result.error.type)}`}>${result.error.type}</span>${' in '}
-                      <b>${result.error.step}</b>
-                      <pre class="message">${result.error.message}</pre>`
-                  : 'none'
-              }
-            </td>
-          </tr>
-          <tr>
-            <th>agent exit code</th>
-            <td>${result?.agent_exit_code ?? '–'}</td>
-          </tr>
-          <tr>
-            <th>host · image</th>
-            <td>${result?.host ?? '–'} · ${result?.image ?? '–'}</td>
-          </tr>
-          <tr>
-            <th>restarts</th>
-            <td>${result?.restarts ?? 0}</td>
-          </tr>
-          ${
-            row.usage
-              ? html`<tr>
-                  <th>usage</th>
-                  <td id="usage">
-                    ${row.usage.n_llm_calls ?? '–'} LLM calls · ${row.usage.input_tokens ?? '–'} input tokens
-                    (${row.usage.cached_tokens ?? 0} cached) · ${row.usage.output_tokens ?? '–'} output tokens ·
-                    $${fmt(row.usage.cost_usd, 4)}
-                    ${row.usage.n_retried_calls ? ` · ${row.usage.n_retried_calls} retried` : ''}
-                    ${row.usage.waited_ms ? ` · waited ${fmt(row.usage.waited_ms / 1000, 1)} s at the gateway` : ''}
-                  </td>
-                </tr>`
-              : null
-          }
-          <tr>
-            <th>workflow</th>
-            <td>
-              ${result?.workflow_id ?? '–'}
-              ${uiLink ? html` · <a href=${uiLink} id="temporal-link">open in the Temporal UI</a>` : null}
-            </td>
-          </tr>
-        </tbody>
-      </table>
+      ${factsTable(row, uiLink)}
       ${result ? timeline(result, data.trajectory?.calls ?? []) : html`<p>This trial has not finished.</p>`}
       ${
         data.instruction !== undefined
@@ -141,32 +57,128 @@ export function trialPage(ctx: LinkContext, data: TrialPageData): string {
       }
       ${data.trajectory ? html`<${TrajectoryView} trajectory=${data.trajectory} />` : null}
       <h2>Logs and files</h2>
-      ${data.files.map(
-        (file) =>
-          html`<details class="file" open=${file.path.endsWith('.txt') || file.path === 'trial.log'}>
-            <summary>
-              <code>${file.path}</code> <span class="muted">${bytes(file.size)}</span>${' · '}
-              <a href=${ctx.file(['jobs', jobName, 'trials', row.trialName, 'files', ...file.path.split('/')])} download
-                >download</a
-              >
-            </summary>
-            ${
-              file.notShown
-                ? html`<p class="muted">not shown here (this page shows the first files only): download it</p>`
-                : file.head === undefined
-                  ? html`<p class="muted">binary file</p>`
-                  : html`<pre class="file">${file.head}</pre>`
-            }
-            ${
-              file.truncated
-                ? html`<p class="muted">showing the first ${bytes(file.head?.length ?? 0)} of ${bytes(file.size)}</p>`
-                : null
-            }
-          </details>`
-      )}
-      ${data.moreFiles > 0 ? html`<p class="muted">… and ${data.moreFiles} more files, not listed</p>` : null}
+      ${filesSection(ctx, data)}
     </section>`
   );
+}
+
+function factsTable(row: TrialRow, uiLink: string | null): VNode {
+  const result = row.result;
+  return html`<table class="facts" id="facts">
+    <tbody>
+      <tr>
+        <th>task</th>
+        <td>${row.taskName} <span class="muted">(${row.datasetName})</span></td>
+      </tr>
+      <tr>
+        <th>agent</th>
+        <td>
+          ${row.agentName}${' '}
+          ${
+            row.agentInfo
+              ? html`<span class="muted"
+                  >${[row.agentInfo.name, row.agentInfo.version, row.agentInfo.model].filter(Boolean).join(' · ')}</span
+                >`
+              : null
+          }
+        </td>
+      </tr>
+      <tr>
+        <th>attempt</th>
+        <td>${row.attempt}</td>
+      </tr>
+      <tr>
+        <th>rewards</th>
+        <td id="rewards">
+          ${
+            result?.rewards
+              ? Object.entries(result.rewards).map(
+                  ([key, value]) =>
+                    html`<span class="chip reward" style=${`background:${rewardColour(value)}`}
+                      >${key} ${fmt(value)}</span
+                    > `
+                )
+              : 'none'
+          }
+        </td>
+      </tr>
+      <tr>
+        <th>error</th>
+        <td id="error">
+          ${
+            result?.error
+              ? html`<span class=${`chip ${errorLevel(result.error.type)}`}>${result.error.type}</span>${' in '}
+                  <b>${result.error.step}</b>
+                  <pre class="message">${result.error.message}</pre>`
+              : 'none'
+          }
+        </td>
+      </tr>
+      <tr>
+        <th>agent exit code</th>
+        <td>${result?.agent_exit_code ?? '–'}</td>
+      </tr>
+      <tr>
+        <th>host · image</th>
+        <td>${result?.host ?? '–'} · ${result?.image ?? '–'}</td>
+      </tr>
+      <tr>
+        <th>restarts</th>
+        <td>${result?.restarts ?? 0}</td>
+      </tr>
+      ${row.usage ? usageRow(row.usage) : null}
+      <tr>
+        <th>workflow</th>
+        <td>
+          ${result?.workflow_id ?? '–'}
+          ${uiLink ? html` · <a href=${uiLink} id="temporal-link">open in the Temporal UI</a>` : null}
+        </td>
+      </tr>
+    </tbody>
+  </table>`;
+}
+
+function usageRow(usage: NonNullable<TrialRow['usage']>): VNode {
+  return html`<tr>
+    <th>usage</th>
+    <td id="usage">
+      ${
+        `${usage.n_llm_calls ?? '–'} LLM calls · ${usage.input_tokens ?? '–'} input tokens ` +
+        `(${usage.cached_tokens ?? 0} cached) · ${usage.output_tokens ?? '–'} output tokens · $${fmt(usage.cost_usd, 4)}`
+      }
+      ${usage.n_retried_calls ? ` · ${usage.n_retried_calls} retried` : ''}
+      ${usage.waited_ms ? ` · waited ${fmt(usage.waited_ms / 1000, 1)} s at the gateway` : ''}
+    </td>
+  </tr>`;
+}
+
+/** Each file of the trial folder: its head when it is text and within the page's bounds, and a download link. */
+function filesSection(ctx: LinkContext, { row, jobName, files, moreFiles }: TrialPageData): VNode[] {
+  const shown = files.map(
+    (file) =>
+      html`<details class="file" open=${file.path.endsWith('.txt') || file.path === 'trial.log'}>
+        <summary>
+          <code>${file.path}</code> <span class="muted">${bytes(file.size)}</span>${' · '}
+          <a href=${ctx.file(['jobs', jobName, 'trials', row.trialName, 'files', ...file.path.split('/')])} download
+            >download</a
+          >
+        </summary>
+        ${
+          file.notShown
+            ? html`<p class="muted">not shown here (this page shows the first files only): download it</p>`
+            : file.head === undefined
+              ? html`<p class="muted">binary file</p>`
+              : html`<pre class="file">${file.head}</pre>`
+        }
+        ${
+          file.truncated
+            ? html`<p class="muted">showing the first ${bytes(file.head?.length ?? 0)} of ${bytes(file.size)}</p>`
+            : null
+        }
+      </details>`
+  );
+  if (moreFiles > 0) shown.push(html`<p class="muted">… and ${moreFiles} more files, not listed</p>`);
+  return shown;
 }
 
 function timeline(result: NonNullable<TrialRow['result']>, calls: LlmCall[]): VNode {
