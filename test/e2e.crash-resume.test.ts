@@ -118,14 +118,14 @@ describe('crash and rerun on the same machine', () => {
         runCli(['job.yaml'], { cwd: dir, env: { ...env, ROLLOUT_HOST_LOST_TIMEOUT_SEC: '10' } })
       );
       assert.equal(rerun.code, 0, rerun.stderr);
+      // One line for the trials it holds, one for the images it built (removed at the job's end), each with a time.
+      const holder = `waiting: rollout process ${first.pid} on this host, still alive, holds worker queue "${name}-host": `;
       const waiting = rerun.stderr.split('\n').filter((line) => line.includes('waiting: '));
-      assert.equal(waiting.length, 1, rerun.stderr);
-      assert.match(
-        waiting[0]!,
-        new RegExp(
-          `rollout process ${first.pid} on this host, still alive, holds worker queue "${name}-host": .* by \\d\\d:\\d\\d:\\d\\d UTC \\(host-lost timeout 10 s`
-        )
-      );
+      assert.equal(waiting.length, 2, rerun.stderr);
+      assert.ok(waiting[0]!.includes(holder), waiting[0]);
+      assert.match(waiting[0]!, /trials it started .* by \d\d:\d\d:\d\d UTC \(host-lost timeout 10 s/);
+      assert.ok(waiting[1]!.includes(holder), waiting[1]);
+      assert.match(waiting[1]!, /the images it built for this job .* left behind at \d\d:\d\d:\d\d UTC$/);
       const results = await rewards(jobDir);
       assert.equal(results.length, 2);
       for (const result of results) assert.deepEqual(result.rewards, { reward: 1 }, JSON.stringify(result.error));

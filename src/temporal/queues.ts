@@ -13,3 +13,6 @@ export function providerQueue(type: EnvironmentType): string {
 export function hostQueue(type: EnvironmentType, hostId: string): string {
   return `${providerQueue(type)}@${hostId}`;
 }
+
+/** How long a job waits for the host that built an image to start removing it, before leaving it behind. */
+export const IMAGE_REMOVAL_START_TIMEOUT_SEC = 60;
