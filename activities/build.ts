@@ -9,7 +9,7 @@ import { formatProblem } from '../src/errors';
 import { taskEnvProblems } from '../src/task/task-env';
 import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, taskFailure, tail } from './context';
+import { heartbeating, loadTrialTask, log, taskFailure, tail, trialSecretEnv } from './context';
 
 export interface BuildInput {
   spec: TrialSpec;
@@ -26,6 +26,8 @@ export function buildEnvironment(deps: ActivityDeps) {
     // A trial that starts (or runs again) begins with an empty folder: no stale logs from an earlier run, whose
     // model calls alone are kept (they were paid for; the trial's usage counts them).
     await startTrialRun(jobFiles.trialDir(spec.jobDir, spec.trialName));
+    // Sealed secrets that are not this trial's (copied from another's input) end it here, before anything runs.
+    trialSecretEnv(spec);
     const task = await loadTrialTask(spec);
     // A task that reads worker variables the job does not allow ends here, before anything of it runs.
     const refused = taskEnvProblems(task.config, path.join(task.dir, 'task.toml'), spec.taskEnvAllow);

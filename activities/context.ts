@@ -19,7 +19,7 @@ import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import { capText, formatProblem } from '../src/errors';
 import { CloudQuotaError } from '../src/environments/cloud/quota';
 import { TaskEnvironmentError } from '../src/environments/environment';
-import { unsealEnv } from '../src/secrets/sealed-env';
+import { SealedSecretsError, unsealEnv } from '../src/secrets/sealed-env';
 import { taskEnvAllowed } from '../src/task/task-env';
 import type { TaskErrorType, TrialSpec } from '../src/trial/types';
 
@@ -130,9 +130,19 @@ function resolvingFailures(resolve: () => Record<string, string>): Record<string
   }
 }
 
-/** The trial's own sealed secrets (a remote rollout's API key), unsealed on this worker. */
+/**
+ * The trial's own sealed secrets (a remote rollout's API key), unsealed on this worker. A value sealed for another
+ * trial or with another key is a configuration error (not retried here; the trial ends an infrastructure error,
+ * never scored as the agent's).
+ */
 export function trialSecretEnv(spec: TrialSpec): Record<string, string> {
-  return spec.sealedAgentEnv ? unsealEnv(spec.sealedAgentEnv) : {};
+  if (!spec.sealedAgentEnv) return {};
+  try {
+    return unsealEnv(spec.sealedAgentEnv, spec);
+  } catch (err) {
+    if (err instanceof SealedSecretsError) throw ApplicationFailure.nonRetryable(err.message, err.name);
+    throw err;
+  }
 }
 
 export function log(spec: TrialSpec, step: string, message: string): Promise<void> {

@@ -8,8 +8,15 @@ import { describe, it } from 'node:test';
 
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
 import { initRequestSchema, rolloutAgentEnv } from '../src/serve/remote-rollouts';
-import { sealEnv, unsealEnv } from '../src/secrets/sealed-env';
+import { SealedSecretsError, sealEnv, unsealEnv } from '../src/secrets/sealed-env';
 
+const TRIAL = {
+  jobName: 'served',
+  trialId: 'served/rollout__r1',
+  jobDir: '/srv/jobs/served',
+  agentName: 'policy',
+  agentEnv: { ROLLOUT_MODEL: 'gpt-5' },
+};
 const OPERATOR = { OPENAI_API_KEY: 'sk-operator-canary', OPENAI_BASE_URL: 'https://api.openai.com/v1' };
 
 function init(extra: Record<string, unknown>) {
@@ -33,7 +40,7 @@ describe('rollout serve /init: a hostile caller', () => {
     assert.equal(upstream.baseUrl, 'https://attacker.example/v1');
     assert.equal(upstream.apiKey, null, 'no key goes to the caller-chosen URL');
     // With /init's own api_key (sealed, merged last as the execute step does): that key, and only it.
-    const sealed = unsealEnv(sealEnv({ ROLLOUT_API_KEY: 'sk-caller', OPENAI_API_KEY: 'sk-caller' }));
+    const sealed = unsealEnv(sealEnv({ ROLLOUT_API_KEY: 'sk-caller', OPENAI_API_KEY: 'sk-caller' }, TRIAL), TRIAL);
     const withKey = { ...OPERATOR, ...rolloutAgentEnv(init({}), 'https://attacker.example/v1'), ...sealed };
     assert.equal(upstreamsFromEnv(withKey).openai.apiKey, 'sk-caller');
     // Without a caller URL, the operator's own upstream and key are kept.
@@ -48,5 +55,28 @@ describe('rollout serve /init: a hostile caller', () => {
     const params = JSON.parse(env.ROLLOUT_COMPLETION_PARAMS!) as Record<string, unknown>;
     assert.deepEqual(params, { model: 'gpt-5', max_tokens: 100, extra_body: { nested: { temperature: 0 } } });
     assert.ok(!JSON.stringify(env).includes('sk-'), JSON.stringify(env));
+  });
+
+  it('binds a sealed key to its trial: copied into another trial, or an older unbound value, it does not unseal', () => {
+    const sealed = sealEnv({ OPENAI_API_KEY: 'sk-caller' }, TRIAL);
+    assert.ok(!sealed.includes('sk-caller'));
+    assert.deepEqual(unsealEnv(sealed, TRIAL), { OPENAI_API_KEY: 'sk-caller' });
+    for (const other of [
+      { ...TRIAL, trialId: 'served/rollout__r2' },
+      { ...TRIAL, jobName: 'another-job' },
+      // The fields are kept apart: moving a character from one to the other is another trial too.
+      { ...TRIAL, jobName: 'served/', trialId: 'rollout__r1' },
+      { ...TRIAL, jobDir: '/tmp/attacker/jobs/served' },
+      { ...TRIAL, agentName: 'exfiltrator' },
+      { ...TRIAL, agentEnv: { ...TRIAL.agentEnv, OPENAI_BASE_URL: 'https://attacker.example/v1' } },
+    ]) {
+      assert.throws(
+        () => unsealEnv(sealed, other),
+        (err: Error) =>
+          err instanceof SealedSecretsError && /^sealed secrets: not sealed for this trial/.test(err.message)
+      );
+    }
+    const unbound = sealed.replace(/^v2:[^:]+:/, 'v1:');
+    assert.throws(() => unsealEnv(unbound, TRIAL), /sealed by an older Rollout, bound to no trial: refused/);
   });
 });

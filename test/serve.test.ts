@@ -12,14 +12,19 @@ import { after, before, describe, it } from 'node:test';
 
 import type { Client, Connection } from '@temporalio/client';
 
+import { namedTrial } from '../src/api/rollout';
+import { startTrialWorkflow } from '../src/api/submit';
 import type { LlmCallRecord } from '../src/gateway/records';
+import type { TrialResult } from '../src/results/trial-result';
+import type { TrialSpec } from '../src/trial/types';
+import { isScored } from '../src/trial/types';
 import { runCli } from './support/cli';
 import { writeLocalJob } from './support/local-job';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
 import { REPO_ROOT, testTemporal } from './support/temporal';
 import { freePort, ServeProcess } from './support/serve';
-import { waitFor } from './support/wait';
+import { waitFor, within } from './support/wait';
 
 const TOKEN = `tok-${randomBytes(8).toString('hex')}`;
 const API_KEY = `sk-test-${randomBytes(12).toString('hex')}`;
@@ -267,6 +272,30 @@ describe('rollout serve: remote rollouts', () => {
     for (const file of await filesUnder(path.join(dir, 'jobs'))) {
       assert.ok(!(await readFile(file, 'utf8')).includes(API_KEY), `key in ${file}`);
     }
+  });
+
+  it('refuses a sealed key copied into another trial: an infrastructure error, not scored, the key reaches nothing', async () => {
+    // Whoever can start workflows copies the sealed key of ep-1's input into a trial of their own (M8).
+    const events = (await client.workflow.getHandle(`${serveName}/rollout__ep-1`).fetchHistory()).events ?? [];
+    const input = events[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
+    const original = JSON.parse(Buffer.from(input!).toString('utf8')) as TrialSpec;
+    assert.ok(original.sealedAgentEnv, 'the rollout was given its key sealed');
+    const copy = namedTrial(original, 'rollout__stolen');
+    const before = scripted.calls('ep').length;
+    const summary = await within(180_000, 'the copied trial to end', (await startTrialWorkflow(client, copy)).result());
+    assert.equal(summary.error?.type, 'InfrastructureError', JSON.stringify(summary));
+    assert.equal(isScored(summary.error?.type), false, 'never scored as the agent failing');
+    const result = JSON.parse(
+      await readFile(path.join(dir, 'jobs', serveName, 'rollout__stolen', 'result.json'), 'utf8')
+    ) as TrialResult;
+    assert.equal(result.error?.type, 'InfrastructureError');
+    assert.equal(result.error?.step, 'build');
+    assert.match(
+      result.error?.message ?? '',
+      /sealed secrets: not sealed for this trial \(job serve-[0-9a-f]+, trial serve-[0-9a-f]+\/rollout__stolen\): refused/
+    );
+    assert.equal(result.agent_exit_code, null, 'the agent never ran');
+    assert.equal(scripted.calls('ep').length, before, 'no model call was made with the key');
   });
 
   it('names the task by the first user message with task_from: first_user_message', async () => {

@@ -147,11 +147,13 @@ export class RemoteRollouts {
     } catch (err) {
       throw new BadInitError((err as Error).message);
     }
-    const spec: TrialSpec = {
+    const trial: TrialSpec = {
       ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
       agentEnv: rolloutAgentEnv(request, baseUrl),
-      ...(apiKey ? { sealedAgentEnv: sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }) } : {}),
     };
+    // Bound to this trial: copied into another trial's input, it does not unseal.
+    const sealed = apiKey ? sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }, trial) : undefined;
+    const spec: TrialSpec = { ...trial, ...(sealed ? { sealedAgentEnv: sealed } : {}) };
     await startTrialWorkflow(this.client, spec, { [METADATA_MEMO]: request.metadata });
     return { rolloutId: request.metadata.rollout_id, trialName: spec.trialName };
   }
