@@ -104,6 +104,9 @@ const ALL_AGENTS: Record<
   'grok-cli': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
   kilo: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
   'continue-cli': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  'mistral-vibe': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  hermes: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  'factory-droid': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
 };
 /** ROLLOUT_TEST_AGENTS=cline,pi runs only those (while working on an agent); all by default. */
 const only = process.env.ROLLOUT_TEST_AGENTS?.split(',').filter(Boolean);

@@ -5,13 +5,28 @@
  */
 import type { z } from 'zod';
 
+import type { PythonVersion } from './python-runtime';
+
 export const WIRE_APIS = ['anthropic-messages', 'openai-chat-completions', 'openai-responses', 'gemini'] as const;
 export type WireApi = (typeof WIRE_APIS)[number];
 
 /** Where an installed agent's package comes from, and the executable it provides. */
 export type InstallSource =
-  | { registry: 'npm'; package: string; bin: string }
-  | { registry: 'pypi'; package: string; bin: string; extraPackages?: string[] };
+  | {
+      registry: 'npm';
+      package: string;
+      bin: string;
+      /** Installed beside it (`name@version`), e.g. a platform package its own optional dependencies name wrongly. */
+      extraPackages?: string[];
+    }
+  | {
+      registry: 'pypi';
+      package: string;
+      bin: string;
+      extraPackages?: string[];
+      /** The oldest Python it runs on (default 3.10): see python-runtime.ts for where a newer one comes from. */
+      minPython?: PythonVersion;
+    };
 
 /** In-container folder that holds Rollout's agent installs: one prefix per agent and version, and Node 22. */
 export const AGENTS_ROOT = '/opt/rollout';

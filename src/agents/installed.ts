@@ -15,12 +15,12 @@ import type { InstalledAgentDefinition } from './builtin';
 import { AGENTS_ROOT, agentPrefix } from './builtin';
 import { shellQuote } from '../shell';
 import { hostNodeRuntime, NODE_RUNTIME, NODE_RUNTIME_DIR } from './node-runtime';
+import { DEFAULT_MIN_PYTHON, pythonInstallLines } from './python-runtime';
 
 const MARKER = '.rollout-installed';
 /** Sourced before every run: puts the Node the agent was installed with first on PATH. */
 const RUN_ENV = '.rollout-env';
 const MIN_NODE_MAJOR = 22;
-const MIN_PYTHON = [3, 10] as const;
 const UV_VERSION = '0.13.8';
 const UV_DIR = `${AGENTS_ROOT}/uv-${UV_VERSION}`;
 
@@ -106,12 +106,6 @@ function installScript(definition: InstalledAgentDefinition, version: string, pr
       ([pkg, command]) => `command -v ${command} >/dev/null 2>&1 || missing+=(${pkg})`
     ),
   ];
-  if (source.registry === 'pypi') {
-    const [major, minor] = MIN_PYTHON;
-    lines.push(
-      `python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (${major}, ${minor}))' 2>/dev/null || missing+=(python3 python3-venv)`
-    );
-  }
   lines.push(
     'if [ ${#missing[@]} -gt 0 ]; then',
     '  command -v apt-get >/dev/null || { echo "rollout: needs the Debian packages ${missing[*]}, and the image has no apt-get" >&2; exit 1; }',
@@ -133,17 +127,18 @@ function installScript(definition: InstalledAgentDefinition, version: string, pr
       'fi',
       `. "$prefix/${RUN_ENV}"`,
       `echo "rollout: npm install -g ${source.package}@${version}"`,
-      `npm install -g --prefix "$prefix" --no-fund --no-audit --loglevel=error ${shellQuote(`${source.package}@${version}`)}`,
+      `npm install -g --prefix "$prefix" --no-fund --no-audit --loglevel=error ${[`${source.package}@${version}`, ...(source.extraPackages ?? [])].map(shellQuote).join(' ')}`,
       `installed=$(node -p 'require(process.argv[1]).version' "$prefix/lib/node_modules/${source.package}/package.json")`
     );
   } else {
     const packages = [`${source.package}==${version}`, ...(source.extraPackages ?? [])].map(shellQuote).join(' ');
     lines.push(
-      'python3 -m venv "$prefix"',
+      ...pythonInstallLines(source.minPython ?? DEFAULT_MIN_PYTHON),
+      '"$py" -m venv "$prefix"',
       `: > "$prefix/${RUN_ENV}"`,
       // uv (from PyPI, in a venv of its own shared by the Python agents) installs several times faster than pip.
       `uv=${UV_DIR}`,
-      `if [ ! -x "$uv/bin/uv" ]; then echo "rollout: pip install uv==${UV_VERSION} into $uv"; python3 -m venv "$uv"; "$uv/bin/pip" install --no-cache-dir --disable-pip-version-check -q uv==${UV_VERSION}; fi`,
+      `if [ ! -x "$uv/bin/uv" ]; then echo "rollout: pip install uv==${UV_VERSION} into $uv"; "$py" -m venv "$uv"; "$uv/bin/pip" install --no-cache-dir --disable-pip-version-check -q uv==${UV_VERSION}; fi`,
       `echo "rollout: uv pip install ${source.package}==${version} into $prefix"`,
       `UV_LINK_MODE=copy "$uv/bin/uv" pip install --no-cache --quiet --python "$prefix/bin/python" ${packages}`,
       `installed=$("$prefix/bin/python" -c 'import sys; from importlib.metadata import version; print(version(sys.argv[1]))' ${shellQuote(source.package)})`

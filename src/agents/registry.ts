@@ -9,11 +9,14 @@ import cline from './cline';
 import codex from './codex';
 import continueCli from './continue-cli';
 import copilotCli from './copilot-cli';
+import factoryDroid from './factory-droid';
 import geminiCli from './gemini-cli';
 import grokCli from './grok-cli';
+import hermes from './hermes';
 import kilo from './kilo';
 import kimi from './kimi';
 import miniSweAgent from './mini-swe-agent';
+import mistralVibe from './mistral-vibe';
 import opencode from './opencode';
 import pi from './pi';
 import qwenCode from './qwen-code';
@@ -34,6 +37,9 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   grokCli,
   kilo,
   continueCli,
+  mistralVibe,
+  hermes,
+  factoryDroid,
   terminus,
 ];
 
@@ -52,19 +58,13 @@ export const UNSUPPORTED_AGENTS: readonly { name: string; reason: string }[] = [
   { name: 'amp', reason: 'on npm, but every model call goes to ampcode.com: no base URL to point at a gateway' },
   { name: 'crush', reason: "the npm package's postinstall downloads a GitHub release" },
   {
-    name: 'mistral-vibe',
-    reason: 'needs Python >= 3.12: bookworm has 3.11, and Python builds come from GitHub (uv python install)',
+    name: 'openhands',
+    reason:
+      'the CLI (PyPI openhands 1.16) needs exactly Python 3.12: Debian has 3.11 (bookworm) and 3.13 (trixie), and Python builds come from GitHub',
   },
-  { name: 'openhands-sdk', reason: 'needs Python >= 3.12 (as mistral-vibe)' },
   {
     name: 'auggie',
     reason: "on npm, but every model call goes to Augment's own service: no base URL to point at a gateway",
   },
-  {
-    name: 'factory-droid',
-    reason:
-      'on npm (native binary in a platform package); its BYOK custom models still need a Factory login: not verified',
-  },
   { name: 'swe-agent', reason: 'installed by a git clone from GitHub (no package on PyPI)' },
-  { name: 'hermes', reason: 'on PyPI (hermes-agent); how it takes an OpenAI-compatible base URL is not established' },
 ];

@@ -1,7 +1,7 @@
 import type { BuiltinAgentDefinition } from '../agents/builtin';
 import { BUILTIN_AGENTS, UNSUPPORTED_AGENTS } from '../agents/registry';
 
-/** `rollout agents list`: the catalogue, one agent a line, then what is not supported and why. */
+/** `rollout agents list`: the catalogue, one agent a line, then the agents not built in (not verifiable here) and why. */
 export function renderAgentList(): string {
   const rows = [
     ['agent', 'version', 'installs from', 'wire API', 'verified end to end'],
@@ -20,7 +20,7 @@ export function renderAgentList(): string {
       .join('  ')
       .trimEnd()
   );
-  lines.push('', 'not supported:');
+  lines.push('', 'not built in (not verifiable here):');
   for (const agent of UNSUPPORTED_AGENTS) lines.push(`  ${agent.name}: ${agent.reason}`);
   return lines.join('\n');
 }
