@@ -70,6 +70,7 @@ export function executeAgent(deps: ActivityDeps) {
       if (usesGateway(config)) {
         session = await deps.gateway.openTrial({
           trialId: spec.trialId,
+          jobName: spec.jobName,
           agentDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
           upstreams: upstreamsFromEnv(run.env),
           rateLimits: spec.rateLimits ?? [],

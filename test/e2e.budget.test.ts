@@ -4,7 +4,9 @@
  * trials and ends `budget_exhausted`, its overspend within one call per running trial; the same job.yaml with a raised
  * budget carries on from the spend recorded and completes; `kill -9` of the process running the worker mid-job and a
  * resume keep every reported call's spend; an agent's per-trial `limits` end a trial in AgentBudgetExceededError,
- * verified and scored; `--dry-run` prints the plan and an estimate and starts nothing.
+ * verified and scored; `--dry-run` prints the plan and an estimate and starts nothing. The hard budget: under CPU
+ * load (busy loops in child processes), at n_concurrent_trials 1 and 8, the spend stays within the budget plus one
+ * call per running trial, every call sent upstream counted.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -20,6 +22,7 @@ import type { JobResult } from '../src/results/job-result';
 import type { TrialResult } from '../src/results/trial-result';
 import { budgetLedgerId } from '../workflows/budget-ledger';
 import { runCli, startCli, workspace } from './support/cli';
+import { cpuLoad } from './support/cpu-load';
 import { removeJobLeftovers } from './support/docker';
 import { gatewayAgentYaml, prepareGatewayTask } from './support/gateway-agent';
 import type { ScriptedModelServer } from './support/scripted-model-server';
@@ -47,7 +50,10 @@ async function callRecords(file: string): Promise<LlmCallRecord[]> {
     .map((line) => JSON.parse(line) as LlmCallRecord);
 }
 
-/** Tokens of every call the gateway sent upstream for the job's trials (earlier runs of a trial included). */
+/**
+ * Tokens of every call the gateway sent upstream for the job's trials (earlier runs of a trial included), as budgets
+ * count them (a call's `charged` estimate when its usage did not come back).
+ */
 async function recordedTokens(jobDir: string): Promise<number> {
   let tokens = 0;
   for (const trial of (await readdir(jobDir)).filter((name) => name.includes('__'))) {
@@ -56,7 +62,8 @@ async function recordedTokens(jobDir: string): Promise<number> {
     files.push(...earlier.map((run) => path.join(jobDir, trial, 'earlier-runs', run, 'llm-calls.jsonl')));
     for (const file of files) {
       for (const call of await callRecords(file)) {
-        if (call.usage && !call.refused) tokens += call.usage.input_tokens + call.usage.output_tokens;
+        const counted = call.refused ? null : (call.charged ?? call.usage);
+        if (counted) tokens += counted.input_tokens + counted.output_tokens;
       }
     }
   }
@@ -157,6 +164,40 @@ describe('budgets and limits in real jobs (scripted model server)', () => {
     const missed = await runCli(['status', name, '--fail-under', 'reward=1.5'], { cwd: dir });
     assert.equal(missed.code, 4, missed.stderr + missed.stdout);
   });
+
+  // The hard budget (issue 33): on a loaded machine, whatever the concurrency, the job's spend stays within the
+  // budget plus one call per running trial, and a trial starts only once the spend of those before it is counted.
+  for (const concurrency of [1, 8]) {
+    it(`a hard budget under CPU load, n_concurrent_trials ${concurrency}: spend within the budget plus one call per running trial, nothing uncounted`, async () => {
+      const budget = Math.round(2.5 * TRIAL_TOKENS);
+      const { jobDir } = await writeJob(
+        `hard-${concurrency}.yaml`,
+        [`n_concurrent_trials: ${concurrency}`, `budget: { tokens: ${budget} }`],
+        { attempts: 2 * concurrency + 4 }
+      );
+      const stopLoad = cpuLoad(3);
+      let run: Awaited<ReturnType<typeof runCli>>;
+      try {
+        run = await runCli([`hard-${concurrency}.yaml`], { cwd: dir, env: { ROLLOUT_TEST_KEY: KEY } });
+      } finally {
+        await stopLoad();
+      }
+      assert.equal(run.code, 1, run.stderr + run.stdout);
+      const result = await readJson<JobResult>(path.join(jobDir, 'result.json'));
+      assert.equal(result.status, 'budget_exhausted');
+      const spent = result.budget!.spent.tokens;
+      assert.ok(spent >= budget, `spent ${spent} of ${budget}`);
+      assert.ok(
+        spent - budget <= concurrency * MAX_CALL_TOKENS,
+        `overspend ${spent - budget} exceeds one call per running trial (${concurrency} × ${MAX_CALL_TOKENS})`
+      );
+      assert.equal(spent, await recordedTokens(jobDir), 'every call the gateway sent upstream is counted');
+      const started = (await readdir(jobDir)).filter((entry) => entry.startsWith('hello-world__'));
+      // One at a time, the third trial's calls pass the budget: a fourth starts only if the third's spend was not
+      // counted when it ended.
+      if (concurrency === 1) assert.equal(started.length, 3, `${started.length} trials started`);
+    });
+  }
 
   it('kill -9 of the process running the worker mid-job, then resume --budget (raised): the spent amount is intact', async () => {
     const { name, jobDir } = await writeJob(

@@ -175,7 +175,9 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
         const reply = (call.response as Json).choices[0].message;
         assert.deepEqual(call.completion_token_ids, chatCompletionIds(reply));
         assert.deepEqual(call.logprobs, call.completion_token_ids.map(tokenLogprob));
-        assert.deepEqual(call.added, ['return_token_ids', 'logprobs']);
+        // Usage is asked for on every stream too (budgets count it).
+        const usage = stream ? ['stream_options.include_usage'] : [];
+        assert.deepEqual(call.added, [...usage, 'return_token_ids', 'logprobs']);
       }
       // The agent's own view: no ids, no logprobs, in any chunk.
       const { raw } = await chat(session, { messages: messages.slice(0, 2), stream });

@@ -3,8 +3,8 @@
  * `tokens: true` (the upstream's own parameters for token ids and logprobs, e.g. vLLM's `return_token_ids` and
  * `logprobs`) and `sampling` (parameters enforced on every call, whatever the agent sent). A field the gateway asked
  * for and the agent did not is stripped from what the agent receives (JSON and each SSE event), so the agent sees
- * what it would have seen; the record keeps the whole reply. Any other addition of the gateway's that needs a field
- * stripped again (e.g. usage on every stream) is one more entry in `added`.
+ * what it would have seen; the record keeps the whole reply. Usage is asked for on every stream (OpenAI Chat's
+ * `stream_options.include_usage`) whatever the job says: without it a stream could not be counted against budgets.
  */
 import type { CallTokens, Dialect, Json } from './dialect';
 import type { LlmCallRecord } from './records';
@@ -38,13 +38,17 @@ export interface ShapedCall {
   sampling: { enforced: Sampling; agent: Record<string, unknown> } | null;
 }
 
-/** Adds the token parameters and the sampling to a generation request of a dialect that supports them. */
-export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping): ShapedCall | null {
+/**
+ * Usage asked for on the stream (every call: budgets and limits count it), then the token parameters and the sampling
+ * (`shaping`, a trial's job.yaml settings); null when the call goes as the agent sent it.
+ */
+export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping = {}): ShapedCall | null {
   const tokens = shaping.tokens === true && dialect.tokenParams !== undefined;
   const sampling = shaping.sampling && Object.keys(shaping.sampling).length > 0 ? shaping.sampling : null;
-  if (!tokens && !sampling) return null;
-  const shaped: Json = { ...body };
-  const added: string[] = [];
+  const usage = dialect.askUsage?.(body) ?? null;
+  if (!tokens && !sampling && !usage) return null;
+  const shaped: Json = { ...(usage?.body ?? body) };
+  const added: string[] = usage ? [usage.added] : [];
   if (tokens) {
     for (const [key, value] of Object.entries(dialect.tokenParams!)) {
       if (shaped[key] !== value) added.push(key);
@@ -65,8 +69,11 @@ export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping): S
   return { body: shaped, added, sampling: record };
 }
 
-/** Takes the fields of `added` request parameters out of a reply (a whole response or one stream event's payload). */
-export type ReplyFilter = (payload: Json) => Json;
+/**
+ * Takes the fields of `added` request parameters out of a reply (a whole response or one stream event's payload);
+ * null: the event was wholly theirs, and is dropped.
+ */
+export type ReplyFilter = (payload: Json) => Json | null;
 
 export function replyFilter(dialect: Dialect, added: string[]): ReplyFilter | null {
   if (added.length === 0 || !dialect.stripAdded) return null;

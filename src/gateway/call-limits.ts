@@ -35,15 +35,17 @@ export class CallLimits {
 
   /**
    * The concurrency limit of a call: a rule's `max_concurrent` when one matches (this worker's share of it across the
-   * deployment, or fixed per worker without a shared source), else the upstream's adaptive one (by origin: one vendor
-   * endpoint, whatever the trial).
+   * deployment, or fixed per worker without a shared source), else the upstream's adaptive one, per job and origin
+   * (one vendor endpoint): a job whose agents hold slots with long streams or draw 429s slows only its own calls.
    */
-  limitOf(target: URL, rules: readonly RateLimitRule[] = []): AdaptiveLimit {
+  limitOf(target: URL, rules: readonly RateLimitRule[] = [], job = ''): AdaptiveLimit {
     const capped = rules.find((rule) => rule.max_concurrent !== undefined);
     if (capped && this.options.sharedConcurrency) {
       return this.options.sharedConcurrency.limitFor({ ...capped, max_concurrent: capped.max_concurrent! });
     }
-    const key = capped ? `max_concurrent ${JSON.stringify(capped.match)} ${capped.max_concurrent}` : target.origin;
+    const key = capped
+      ? `max_concurrent ${JSON.stringify(capped.match)} ${capped.max_concurrent}`
+      : `${job} ${target.origin}`;
     let limit = this.limits.get(key);
     if (!limit) {
       const n = capped?.max_concurrent;

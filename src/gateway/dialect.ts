@@ -58,8 +58,16 @@ export interface Dialect {
   tokens?(response: unknown): CallTokens | null;
   /** The request parameters that make the upstream return token ids and logprobs (job.yaml `tokens: true`). */
   tokenParams?: Json;
-  /** A reply (whole, or one stream event's payload) without the fields the `added` request parameters brought. */
-  stripAdded?(payload: Json, added: string[]): Json;
+  /**
+   * The request with usage asked for on its stream (OpenAI Chat streams carry none unless asked), or null when it
+   * needs nothing added (not a stream, or it asks already). The parameter's name goes in a call's `added`.
+   */
+  askUsage?(body: Json): { body: Json; added: string } | null;
+  /**
+   * A reply (whole, or one stream event's payload) without the fields the `added` request parameters brought; null
+   * when the whole event was theirs (then it is not passed on).
+   */
+  stripAdded?(payload: Json, added: string[]): Json | null;
 }
 
 /** A call's tokens as the server returned them: the prompt's ids, the completion's ids, one logprob per sampled id. */

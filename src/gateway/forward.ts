@@ -53,6 +53,8 @@ export interface Forwarded {
   attempts: CallAttempt[];
   /** Time spent waiting at the gateway: for a slot toward the upstream and between attempts. */
   waitedMs: number;
+  /** The call went upstream and ended early (the stream broke, the agent left): it may be billed all the same. */
+  cut?: 'stream-cut' | 'client-closed';
 }
 
 type AttemptEnd =
@@ -68,6 +70,8 @@ export async function forward(request: ForwardRequest, deps: ForwardDeps): Promi
   request.res.on('close', () => {
     if (!request.res.writableFinished) gone.abort();
   });
+  // Gone before the call got here (while it waited for its admission or a lease): nothing goes upstream.
+  if (request.res.destroyed) gone.abort();
   // The agent hung up while the call waited here: the reason it waited is the call's failure.
   const abandoned = (): Forwarded => {
     const last = attempts.at(-1);
@@ -76,6 +80,7 @@ export async function forward(request: ForwardRequest, deps: ForwardDeps): Promi
     return { status: 0, response: null, failure: { type, message }, attempts, waitedMs };
   };
   for (let statusRetries = 0, connectRetries = 0; ;) {
+    if (gone.signal.aborted) return abandoned();
     const queued = Date.now();
     let permit: Permit;
     try {
@@ -128,10 +133,18 @@ export async function forward(request: ForwardRequest, deps: ForwardDeps): Promi
 
 function answered(end: Extract<AttemptEnd, { kind: 'answered' }>): Omit<Forwarded, 'attempts' | 'waitedMs'> {
   const { status, response, cut } = end;
-  if (cut === 'client-closed')
-    return { status, response, failure: { type: null, message: 'the agent closed the connection before the end' } };
-  if (cut === 'stream-cut')
-    return { status, response, failure: { type: classifyBroken(cut), message: 'upstream stream cut before its end' } };
+  if (cut === 'client-closed') {
+    return {
+      status,
+      response,
+      cut,
+      failure: { type: null, message: 'the agent closed the connection before the end' },
+    };
+  }
+  if (cut === 'stream-cut') {
+    const failure = { type: classifyBroken(cut), message: 'upstream stream cut before its end' };
+    return { status, response, cut, failure };
+  }
   if (status < 400) return { status, response, failure: null };
   const text = typeof response === 'string' ? response : JSON.stringify(response);
   return { status, response, failure: { type: classifyStatus(status, text), message: text.slice(0, 2000) } };
@@ -239,5 +252,6 @@ function strippedJson(body: Buffer, strip: ReplyFilter): Buffer {
     return body;
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return body;
-  return Buffer.from(JSON.stringify(strip(value as Record<string, unknown>)));
+  const stripped = strip(value as Record<string, unknown>);
+  return stripped ? Buffer.from(JSON.stringify(stripped)) : body;
 }

@@ -10,192 +10,36 @@
  * Rate limits and overload are absorbed here (forward.ts): a 429, 503 or 529 is retried within `max_wait` per call,
  * and each upstream gets an adaptive concurrency limit (adaptive-limit.ts), so a burst settles instead of cascading.
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { appendFile, mkdir } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import path from 'node:path';
 
 import { log } from '../log';
-import type { BudgetRefusal, SpendLedgers, SpendSource } from './budget';
+import type { SpendLedgers } from './budget';
 import { JobBudget, refusalMessage } from './budget';
-import type { Usage, Vendor } from './dialect';
+import { chargeOf, conservativeUsage } from './charge';
+import type { CallKind, Dialect, Vendor } from './dialect';
 import { dialectOf } from './dialects';
-import type { ApiErrorType } from './errors';
 import type { CallLimitsOptions } from './call-limits';
 import { CallLimits } from './call-limits';
-import type { ShapedCall, TrainingOptions } from './call-additions';
+import type { ShapedCall } from './call-additions';
 import { replyFilter, shapeCall, trainingFields } from './call-additions';
 import type { Forwarded } from './forward';
 import { forward } from './forward';
 import type { LlmCallRecord } from './records';
-import { LLM_CALLS_FILE } from './records';
-import { boundedRecordLine } from './record-bounds';
-import type { RateLimitRule } from './rate-window';
 import { DEFAULT_MAX_WAIT_MS } from './retry-wait';
-import type { Spend, TrialLimits } from './spend';
-import { addCallSpend, copySpend, emptySpend, limitReached } from './spend';
 import { UpstreamAgents } from './upstream-agents';
 import type { ReplicaPool } from './replicas';
-import { ReplicaPools, StickyReplica } from './replicas';
+import { ReplicaPools } from './replicas';
 import { acceptedCall, passedHeaders, upstreamKeyPlace } from './routes';
-import type { GatewayAccess, Upstream, Upstreams } from './upstreams';
+import type { SessionHost, TrialSessionOptions } from './trial-session';
+import { TrialSession } from './trial-session';
+import type { Upstream } from './upstreams';
+import type { CredentialPlace } from './wire';
 import { credentialOf, parseJson, reply, upstreamTarget } from './wire';
 
-const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
-
-export interface ApiFailure {
-  type: ApiErrorType;
-  status: number;
-  message: string;
-}
-
-export interface TrialSessionOptions extends TrainingOptions {
-  trialId: string;
-  /** The trial's `agent/` folder on this host: llm-calls.jsonl goes there. */
-  agentDir: string;
-  upstreams: Upstreams;
-  /** job.yaml `rate_limits`: shared limits (leases from the deployment's limiter) and per-worker concurrency caps. */
-  rateLimits?: RateLimitRule[];
-  /** The agent's job.yaml `limits` on this trial's calls. */
-  limits?: TrialLimits;
-  /** With job.yaml `budget`: the job whose ledger each call is checked against, and the agent its spend counts for. */
-  budget?: { jobName: string; agentName: string };
-}
-
-export class TrialSession implements SpendSource {
-  readonly token = `rollout-${randomBytes(24).toString('hex')}`;
-  private seq = 0;
-  /** Bytes written to the calls file so far (record-bounds.ts caps it). */
-  private recordedBytes = 0;
-  private writes: Promise<void> = Promise.resolve();
-  private lastFailure: ApiFailure | null = null;
-  private readonly spent: Spend = emptySpend();
-  private lastRefusal: BudgetRefusal | null = null;
-  private ended = false;
-  private readonly jobBudget: JobBudget | null;
-  readonly sessionId = randomBytes(12).toString('hex');
-  /** The replica this trial's OpenAI calls go to (job.yaml `replicas`), or null. */
-  readonly replicas: StickyReplica | null;
-  private readonly totals: Usage & { calls: number } = {
-    input_tokens: 0,
-    output_tokens: 0,
-    cached_tokens: 0,
-    calls: 0,
-  };
-  readonly callsFile: string;
-  /** The trial's path segment: readable, and safe in a URL (trial ids hold slashes some SDKs would mangle). */
-  readonly pathId: string;
-
-  constructor(
-    private readonly gateway: ModelGateway,
-    readonly options: TrialSessionOptions
-  ) {
-    this.callsFile = path.join(options.agentDir, LLM_CALLS_FILE);
-    const hash = createHash('sha256').update(options.trialId).digest('hex').slice(0, 16);
-    this.pathId = `${options.trialId.replace(/[^A-Za-z0-9._-]+/g, '-').slice(-60)}-${hash}`;
-    this.jobBudget = options.budget ? gateway.budgetOf(options.budget.jobName) : null;
-    this.replicas = options.replicas?.length
-      ? new StickyReplica(gateway.replicaPool(options.replicas), options.note ?? (() => undefined))
-      : null;
-  }
-
-  get agentName(): string {
-    return this.options.budget?.agentName ?? '';
-  }
-
-  spend(): Spend {
-    return copySpend(this.spent);
-  }
-
-  closed(): boolean {
-    return this.ended;
-  }
-
-  /**
-   * Whether a model call may go: the trial's own limits, then the job's budget on all workers. A refusal is kept for
-   * the trial's outcome; a later call the job's raised budget lets through clears a job refusal.
-   */
-  async admit(): Promise<BudgetRefusal | null> {
-    const own = this.options.limits && limitReached(this.spent, this.options.limits);
-    if (own) return (this.lastRefusal = { kind: 'trial_limit', reached: own });
-    const job = await this.jobBudget?.check();
-    if (job) return (this.lastRefusal = { kind: 'job_budget', reached: job });
-    if (this.lastRefusal?.kind === 'job_budget') this.lastRefusal = null;
-    return null;
-  }
-
-  /** The last refusal at the trial's limits or the job's budget: why the trial ended. */
-  refusal(): BudgetRefusal | null {
-    return this.lastRefusal;
-  }
-
-  /** Base URLs and token for a process that reaches this host at `host` (e.g. a container via the bridge IP). */
-  async access(host = '127.0.0.1'): Promise<GatewayAccess> {
-    return this.accessAt(await this.gateway.urlFor(host));
-  }
-
-  /** Base URLs and token for a process that reaches the gateway at `origin` (a relay's, a public URL). */
-  accessAt(origin: string): GatewayAccess {
-    const root = `${origin.replace(/\/+$/, '')}/t/${this.pathId}`;
-    const baseUrls = Object.fromEntries(
-      (Object.keys(VENDOR_ROOTS) as Vendor[]).map((vendor) => [vendor, `${root}${VENDOR_ROOTS[vendor]}`])
-    ) as Record<Vendor, string>;
-    return { token: this.token, baseUrls };
-  }
-
-  /** The failure of the last model call, if it failed (a later success clears it): why an agent gave up. */
-  failure(): ApiFailure | null {
-    return this.lastFailure;
-  }
-
-  usage(): Usage & { calls: number } {
-    return { ...this.totals };
-  }
-
-  nextSeq(): number {
-    return ++this.seq;
-  }
-
-  record(call: LlmCallRecord): void {
-    if (call.kind === 'generate' && !call.refused) {
-      // A failure of the API sets the trial's last failure, a success clears it; other errors (a 404, the agent
-      // hanging up) leave it as it was.
-      const type = call.error?.type;
-      if (type) this.lastFailure = { type, status: call.status, message: call.error!.message };
-      else if (!call.error) this.lastFailure = null;
-      this.totals.calls += 1;
-      if (call.usage) {
-        this.totals.input_tokens += call.usage.input_tokens;
-        this.totals.output_tokens += call.usage.output_tokens;
-        this.totals.cached_tokens += call.usage.cached_tokens;
-      }
-      addCallSpend(this.spent, call.model, call.usage);
-      this.jobBudget?.changed(this);
-    }
-    const line = boundedRecordLine(call, this.recordedBytes);
-    if (line === null) return;
-    this.recordedBytes += Buffer.byteLength(line);
-    this.writes = this.writes.then(() => appendFile(this.callsFile, line));
-  }
-
-  /** Ends the token's validity; resolves once every record is on disk. */
-  async close(): Promise<void> {
-    this.gateway.forget(this);
-    if (!this.ended) this.replicas?.release();
-    this.ended = true;
-    if (this.jobBudget) {
-      this.jobBudget.changed(this);
-      // Best effort: a ledger that cannot be reached now is told by the next report from this worker.
-      await this.jobBudget
-        .settled()
-        .catch((err: unknown) =>
-          log.warn(`trial ${this.options.trialId}: its spend could not be reported to the job's budget: ${String(err)}`)
-        );
-    }
-    await this.writes;
-  }
-}
+export type { ApiFailure, TrialSessionOptions } from './trial-session';
+export { TrialSession } from './trial-session';
 
 export interface ModelGatewayOptions extends CallLimitsOptions {
   /** How long one call may wait at the gateway in all (slots, retry waits) before its failure is passed on. */
@@ -204,7 +48,17 @@ export interface ModelGatewayOptions extends CallLimitsOptions {
   spendLedgers?: SpendLedgers;
 }
 
-export class ModelGateway {
+/** Where a call goes: its request, the agent's connection, and its vendor path. */
+interface CallTarget {
+  req: http.IncomingMessage;
+  res: http.ServerResponse;
+  url: URL;
+  vendor: Vendor;
+  rest: string;
+  keyPlace: { where: CredentialPlace };
+}
+
+export class ModelGateway implements SessionHost {
   private readonly servers = new Map<string, Promise<{ server: http.Server; url: string }>>();
   private readonly byTrial = new Map<string, TrialSession>();
   private readonly agents = new UpstreamAgents();
@@ -310,14 +164,31 @@ export class ModelGateway {
     const rest = match[3] ?? '/';
     const accepted = await acceptedCall(req, res, vendor, rest);
     if (!accepted) return;
-    const { kind, method, received } = accepted;
+    // A generation is under way from here: the session's close waits for its record (or refuses it once closing).
+    const end = accepted.kind === 'generate' ? session.begin(res) : () => undefined;
+    if (!end) return reply(res, 401, 'invalid or expired trial token', vendor);
+    try {
+      await this.call(
+        session,
+        { req, res, url, vendor, rest, keyPlace: upstreamKeyPlace(vendor, credential.where) },
+        accepted
+      );
+    } finally {
+      end();
+    }
+  }
+
+  /** One accepted call: admitted against limits and budget (generations), sent upstream, recorded. */
+  private async call(
+    session: TrialSession,
+    { req, res, url, vendor, rest, keyPlace }: CallTarget,
+    { kind, method, received }: { kind: CallKind; method: string; received: Buffer }
+  ): Promise<void> {
     const dialect = dialectOf(vendor, rest);
     const agentBody = parseJson(received);
-    // job.yaml `tokens` and `sampling`: the call as the upstream gets it (./call-additions).
+    // Usage asked for on every stream; job.yaml `tokens` and `sampling`: the call as the upstream gets it.
     const shaped: ShapedCall | null =
-      kind === 'generate' && dialect && agentBody && session.options.shaping
-        ? shapeCall(dialect, agentBody, session.options.shaping)
-        : null;
+      kind === 'generate' && dialect && agentBody ? shapeCall(dialect, agentBody, session.options.shaping) : null;
     const body = shaped?.body ?? agentBody;
     const requestBody = shaped ? Buffer.from(JSON.stringify(shaped.body)) : received;
     const headers: http.OutgoingHttpHeaders = passedHeaders(req.headers);
@@ -346,9 +217,17 @@ export class ModelGateway {
         request: body ?? (requestBody.length ? requestBody.toString('utf8') : null),
         ...ended,
       });
+    // What the call may cost: held against limits and budget while it runs, charged if its usage does not come back.
+    const estimate = conservativeUsage(requestBody.length, body ?? {});
+    let release = () => {};
     if (kind === 'generate') {
-      const refusal = await session.admit().catch((err: unknown) => new Error(String(err)));
-      if (refusal) {
+      const gone = new AbortController();
+      res.once('close', () => gone.abort());
+      const admission = await session
+        .admit(model, estimate, gone.signal)
+        .catch((err: unknown) => new Error(String(err)));
+      if (admission instanceof Error || 'refusal' in admission) {
+        const refusal = admission instanceof Error ? admission : admission.refusal;
         // Never sent upstream: the agent sees why, in its vendor's error shape (402: its SDK does not retry it).
         const [status, message] =
           refusal instanceof Error
@@ -360,18 +239,61 @@ export class ModelGateway {
           return record({ status, response: null, usage: null, error: { type: 'ApiOverloadedError', message } });
         return record({ status, response: null, usage: null, error: { type: null, message }, refused: refusal.kind });
       }
+      if ('gone' in admission) {
+        const message = 'the agent closed the connection while the call waited for its limits or the budget';
+        return record({ status: 0, response: null, usage: null, error: { type: null, message } });
+      }
+      release = admission.release;
     }
+    try {
+      const forwarded = await this.send(session, { req, res, url, vendor, rest, keyPlace }, headers, requestBody, {
+        dialect,
+        model,
+        shaped,
+        kind,
+      });
+      const { status, response, attempts } = forwarded;
+      const ok = dialect && status > 0 && status < 400 && response !== null;
+      const usage = ok ? dialect.usage(response) : null;
+      // Billed by the vendor: an answer, or a call cut once it went upstream (the stream broke, the agent left).
+      const billed = kind === 'generate' && (forwarded.cut ? status < 400 : status >= 200 && status < 400);
+      const charged = billed ? chargeOf(estimate, usage, forwarded.cut !== undefined) : undefined;
+      record({
+        status,
+        response,
+        usage,
+        ...(charged ? { charged } : {}),
+        error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
+        attempts,
+        waited_ms: forwarded.waitedMs + forwarded.rateLimitWaitMs,
+        ...(forwarded.rules > 0 ? { rate_limit_wait_ms: forwarded.rateLimitWaitMs } : {}),
+        ...trainingFields(shaped, ok ? (dialect.tokens?.(response) ?? null) : null, await policyVersion),
+        ...(forwarded.replica ? { replica: forwarded.replica } : {}),
+      });
+    } finally {
+      release();
+    }
+  }
+
+  /** The call upstream: after its shared rate-limit leases, to its trial's replica or its vendor's upstream. */
+  private async send(
+    session: TrialSession,
+    { req, res, url, vendor, rest, keyPlace }: CallTarget,
+    headers: http.OutgoingHttpHeaders,
+    requestBody: Buffer,
+    call: { dialect: Dialect | null; model: string | null; shaped: ShapedCall | null; kind: CallKind }
+  ): Promise<Forwarded & { replica?: string; rateLimitWaitMs: number; rules: number }> {
+    const { dialect, model, shaped, kind } = call;
     const rules = kind === 'generate' ? this.callLimits.rulesOf(session.options.rateLimits ?? [], vendor, model) : [];
     const rateLimitWaitMs = await this.callLimits.sharedLeases(rules, requestBody, res);
     const filter = dialect && shaped ? replyFilter(dialect, shaped.added) : null;
-    const keyPlace = upstreamKeyPlace(vendor, credential.where);
-    const send = (upstream: Upstream, lastTry: boolean) => {
+    const sendTo = (upstream: Upstream, lastTry: boolean) => {
       const { target, headers: keyed } = upstreamTarget(upstream, rest, url.searchParams, headers, keyPlace);
       return forward(
         { req, res, target, headers: keyed, body: requestBody, dialect, filter, replyUnreachable: lastTry },
         {
           agents: this.agents,
-          limit: this.callLimits.limitOf(target, rules),
+          limit: this.callLimits.limitOf(target, rules, session.options.jobName),
           owner: session.pathId,
           maxWaitMs: this.maxWaitMs,
         }
@@ -380,21 +302,9 @@ export class ModelGateway {
     const sticky = vendor === 'openai' ? session.replicas : null;
     const forwarded: Forwarded & { replica?: string } = await (sticky
       ? sticky.forward(res, (replica, lastTry) =>
-          send({ ...session.options.upstreams.openai, baseUrl: replica }, lastTry)
+          sendTo({ ...session.options.upstreams.openai, baseUrl: replica }, lastTry)
         )
-      : send(session.options.upstreams[vendor], true));
-    const { status, response, attempts } = forwarded;
-    const ok = dialect && status > 0 && status < 400 && response !== null;
-    record({
-      status,
-      response,
-      usage: ok ? dialect.usage(response) : null,
-      error: forwarded.failure && { type: forwarded.failure.type, message: forwarded.failure.message.slice(0, 2000) },
-      attempts,
-      waited_ms: forwarded.waitedMs + rateLimitWaitMs,
-      ...(rules.length > 0 ? { rate_limit_wait_ms: rateLimitWaitMs } : {}),
-      ...trainingFields(shaped, ok ? (dialect.tokens?.(response) ?? null) : null, await policyVersion),
-      ...(forwarded.replica ? { replica: forwarded.replica } : {}),
-    });
+      : sendTo(session.options.upstreams[vendor], true));
+    return { ...forwarded, rateLimitWaitMs, rules: rules.length };
   }
 }

@@ -26,6 +26,11 @@ export interface LlmCallRecord {
   /** The response body; for streams, the response rebuilt from its events. */
   response: unknown;
   usage: Usage | null;
+  /**
+   * What the budget and limits counted instead of `usage`, when the call went upstream and its usage did not come
+   * back whole (a stream cut, the agent gone mid-call): the request's input estimate plus its max output tokens.
+   */
+  charged?: Usage;
   error: { type: ApiErrorType | null; message: string } | null;
   /** Each request the gateway made upstream for this call (more than one when it retried); absent in older records. */
   attempts?: CallAttempt[];

@@ -64,7 +64,8 @@ export class SseRewriter {
   private readonly decoder = new StringDecoder('utf8');
   private buffer = '';
 
-  constructor(private readonly rewrite: (payload: Record<string, unknown>) => Record<string, unknown>) {}
+  /** `rewrite` returning null drops the event (its lines and its blank line). */
+  constructor(private readonly rewrite: (payload: Record<string, unknown>) => Record<string, unknown> | null) {}
 
   /** The complete events of the text so far, rewritten. */
   push(chunk: Buffer): string {
@@ -72,7 +73,8 @@ export class SseRewriter {
     let out = '';
     let end: RegExpExecArray | null;
     while ((end = /\r?\n\r?\n/.exec(this.buffer))) {
-      out += this.block(this.buffer.slice(0, end.index)) + end[0];
+      const block = this.block(this.buffer.slice(0, end.index));
+      if (block !== null) out += block + end[0];
       this.buffer = this.buffer.slice(end.index + end[0].length);
     }
     return out;
@@ -83,11 +85,12 @@ export class SseRewriter {
     this.buffer += this.decoder.end();
     const rest = this.buffer ? this.block(this.buffer) : '';
     this.buffer = '';
-    return rest;
+    return rest ?? '';
   }
 
-  private block(block: string): string {
-    return block
+  private block(block: string): string | null {
+    let dropped = false;
+    const rewritten = block
       .split(/(\r?\n)/)
       .map((line) => {
         if (!line.startsWith('data:')) return line;
@@ -99,8 +102,11 @@ export class SseRewriter {
           return line;
         }
         if (value === null || typeof value !== 'object' || Array.isArray(value)) return line;
-        return `data: ${JSON.stringify(this.rewrite(value as Record<string, unknown>))}`;
+        const payload = this.rewrite(value as Record<string, unknown>);
+        if (payload === null) dropped = true;
+        return `data: ${JSON.stringify(payload)}`;
       })
       .join('');
+    return dropped ? null : rewritten;
   }
 }

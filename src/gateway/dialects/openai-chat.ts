@@ -10,6 +10,9 @@ function toolCalls(value: unknown): ToolCall[] {
   });
 }
 
+/** What the gateway adds to every stream the agent did not ask usage of (budgets and limits need it). */
+const STREAM_USAGE = 'stream_options.include_usage';
+
 export const openAiChat: Dialect = {
   name: 'openai-chat',
   vendor: 'openai',
@@ -120,10 +123,21 @@ export const openAiChat: Dialect = {
   // vLLM (chat_completion/protocol.py) and SGLang (entrypoints/openai/protocol.py) both take these.
   tokenParams: { return_token_ids: true, logprobs: true },
 
+  askUsage(body) {
+    const options = obj(body.stream_options);
+    if (body.stream !== true || options.include_usage === true) return null;
+    return { body: { ...body, stream_options: { ...options, include_usage: true } }, added: STREAM_USAGE };
+  },
+
   stripAdded(payload, added) {
     const ids = added.includes('return_token_ids');
     const logprobs = added.includes('logprobs');
     const out: Json = { ...payload };
+    if (added.includes(STREAM_USAGE)) {
+      // The usage chunk (no choices) the agent did not ask for is dropped; the others lose their `usage: null`.
+      if (Array.isArray(out.choices) && out.choices.length === 0) return null;
+      delete out.usage;
+    }
     if (ids) delete out.prompt_token_ids;
     if (Array.isArray(out.choices)) {
       out.choices = arr(out.choices).map((choice) => {
