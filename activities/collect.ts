@@ -1,7 +1,8 @@
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 
-import { CollectBudget } from '../src/environments/host-files';
+import type { CollectBudget } from '../src/environments/host-files';
+import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import { restoreGatewayCalls, setGatewayCallsAside } from '../src/results/gateway-calls';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
@@ -36,14 +37,17 @@ export function collectLogs(deps: ActivityDeps) {
     // Until the scrub below is done, what is extracted may hold secrets: the mark makes the upload and the result
     // step scrub first, should this activity die half-way (activities/secrets.ts).
     await markUnscrubbed(trialDir);
-    let budget = new CollectBudget(spec.collectLimits);
+    const ownFolders = LOG_FOLDERS.map((folder) => path.join(trialDir, folder));
+    let budget!: CollectBudget;
     let scrubbed: number;
     try {
       await heartbeating(async () => {
         if (taskStep) await archiveTaskStepLogs(trialEnvironment, handle, spec, taskStep);
+        // Charged with every step's logs and artifacts, this one's included.
+        budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders);
         const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
         if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
-        budget = new CollectBudget(spec.collectLimits); // counted again, folder by folder
+        budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders); // counted again, folder by folder
         for (const folder of LOG_FOLDERS) {
           await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
         }

@@ -13,7 +13,7 @@ import { CONTAINER_PATHS } from '../src/agents/agent';
 import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/environments/environment';
 import type { Environment } from '../src/environments/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
-import { CollectBudget } from '../src/environments/host-files';
+import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { isDirectory, isFile } from '../src/files/absent';
@@ -87,11 +87,23 @@ export async function archiveTaskStepLogs(
   spec: TrialSpec,
   name: string
 ): Promise<void> {
-  const stepDir = path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'steps', name);
-  const budget = new CollectBudget(spec.collectLimits);
+  const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+  const stepDir = path.join(trialDir, 'steps', name);
+  const budget = await trialCollectBudget(
+    trialDir,
+    spec.collectLimits,
+    LOG_FOLDERS.map((folder) => path.join(stepDir, folder))
+  );
   for (const folder of LOG_FOLDERS) {
     await environment.download(handle, `/logs/${folder}`, path.join(stepDir, folder), budget);
   }
+  const { limit_reached: limit, cut } = budget.report();
+  if (limit)
+    await log(
+      spec,
+      'collect',
+      `step ${name}: the trial's collect_max_${limit} reached, not collected: ${cut.join(', ')}`
+    );
   const { logs, tests } = CONTAINER_PATHS;
   const folders = LOG_FOLDERS.map((folder) => `"${logs}/${folder}"`).join(' ');
   // Harbor's convention folder /logs/artifacts is emptied too: each step's artifacts are its own.

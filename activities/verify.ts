@@ -7,6 +7,7 @@ import type { Environment } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { CollectBudget } from '../src/environments/host-files';
+import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { separateVerifierNetwork, unsupportedNeed, UnsupportedNetworkError } from '../src/task/policy';
@@ -136,11 +137,12 @@ export function runVerifier(deps: ActivityDeps) {
           }
         );
       } else if (killLeftovers) await environment.killAll(handle);
+      const artifactsDir = path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts');
       const collected = await collectArtifacts(environment, handle, {
         hooks: task.config.verifier.collect,
         entries: task.config.artifacts,
-        hostDir: path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts'),
-        budget: new CollectBudget(spec.collectLimits),
+        hostDir: artifactsDir,
+        budget: await trialCollectBudget(trialDir, spec.collectLimits, [artifactsDir]),
         signal,
         report: (message) => log(spec, 'verify', message),
         ...(lastUse

@@ -3,6 +3,7 @@
  * them for cpus, memory and storage.
  * https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/
  */
+import { z } from 'zod';
 
 const SUFFIX_MULTIPLIERS: Record<string, number> = {
   n: 1e-9,
@@ -64,3 +65,25 @@ function positive(value: number, text: string): number {
   if (!Number.isFinite(value) || value <= 0) throw new Error(`"${text}" must be a positive quantity`);
   return value;
 }
+
+/** Bytes in binary units for messages: "512 MiB", "21.6 GiB". */
+export function formatBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${Number.isInteger(value) ? value : value.toFixed(1)} ${units[unit]}`;
+}
+
+/** A quantity field of a configuration file: text or a number that `parse` accepts, its message when not. */
+export const quantitySchema = (parse: (value: string | number) => number) =>
+  z.union([z.string(), z.number()]).superRefine((value, ctx) => {
+    try {
+      parse(value);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -19,6 +19,7 @@ import { environmentKey } from '../src/environments/env-key';
 import type { StartRequest } from '../src/environments/environment';
 import { LABEL_JOB } from '../src/environments/environment';
 import { KILL_ALL, KILL_ALL_REFUSED } from '../src/environments/trial-container';
+import { DEFAULT_PIDS_LIMIT } from '../src/task/schema';
 import type { TrialResult } from '../src/results/trial-result';
 import type { EnvironmentHandle } from '../src/trial/types';
 import type { CliRun } from './support/cli';
@@ -54,8 +55,13 @@ const FORGED_CALL = {
 const VICTIM_TAG = `rollout-victim-${randomBytes(4).toString('hex')}:latest`;
 const docker = new Docker();
 
-/** CapEff of /proc/self/status has bit 13 (NET_RAW) and 27 (MKNOD) clear; NoNewPrivs is 1. */
+/**
+ * CapEff of /proc/self/status has bit 13 (NET_RAW) and 27 (MKNOD) clear; NoNewPrivs is 1. cgroup.txt: the memory and
+ * pids limits the container really got (cgroup v2 or v1).
+ */
 const REPORT = `grep -E '^(CapEff|NoNewPrivs)' /proc/self/status > /logs/agent/status.txt
+{ cat /sys/fs/cgroup/memory.max || cat /sys/fs/cgroup/memory/memory.limit_in_bytes
+  cat /sys/fs/cgroup/pids.max || cat /sys/fs/cgroup/pids/pids.max; } > /logs/agent/cgroup.txt 2>/dev/null
 printf '%s|%s|%s|%s' "\${#GREETING}" "\${LEAK:-}" "\${HOMEVAR:-}" "\${SAFE:-}" > /logs/agent/env.txt`;
 
 async function writeTask(
@@ -121,7 +127,15 @@ describe('hostile tasks that run: task env and compose interpolation', () => {
       solve: 'env > /logs/agent/env-dump.txt',
     });
     await writeTask(tasks, 'allowed', {
-      toml: '[environment.env]\nGREETING = "${ALLOWED_GREETING}"\nSAFE = "${OPENAI_API_KEY:-fallback}"\n',
+      toml: [
+        '[environment]',
+        'memory = "300M"',
+        'pids_limit = 200',
+        '[environment.env]',
+        'GREETING = "${ALLOWED_GREETING}"',
+        'SAFE = "${OPENAI_API_KEY:-fallback}"',
+        '',
+      ].join('\n'),
     });
     await writeTask(tasks, 'compose-interpolation', {
       compose: [
@@ -133,7 +147,20 @@ describe('hostile tasks that run: task env and compose interpolation', () => {
         '',
       ].join('\n'),
     });
-    await writeFile(path.join(dir, 'job.yaml'), jobYaml(jobName, ['  task_env_allow: [ALLOWED_GREETING]']));
+    // Three steps, each leaving 400 kB of logs: per step they would fit the 1 MB collect budget, per trial they do not.
+    const flood = await writeTask(tasks, 'step-flood', {
+      toml: ['[[steps]]', 'name = "s1"', '[[steps]]', 'name = "s2"', '[[steps]]', 'name = "s3"', ''].join('\n'),
+    });
+    for (const step of ['s1', 's2', 's3']) {
+      await mkdir(path.join(flood, 'steps', step, 'solution'), { recursive: true });
+      await writeFile(path.join(flood, 'steps', step, 'instruction.md'), 'Flood.\n');
+      await writeFile(
+        path.join(flood, 'steps', step, 'solution', 'solve.sh'),
+        '#!/bin/bash\nhead -c 400000 /dev/zero > /logs/agent/flood.bin\n'
+      );
+    }
+    const jobKeys = ['  task_env_allow: [ALLOWED_GREETING]', '  collect_max_bytes: 1M'];
+    await writeFile(path.join(dir, 'job.yaml'), jobYaml(jobName, jobKeys));
     run = await runCli(['job.yaml'], { cwd: dir, env: WORKER_ENV, timeoutMs: 10 * 60_000 });
   });
   after(() => removeJobLeftovers(jobName));
@@ -171,6 +198,31 @@ describe('hostile tasks that run: task env and compose interpolation', () => {
       assert.equal(effective & (1n << 27n), 0n, `${task}: MKNOD dropped`);
       assert.match(status, /NoNewPrivs:\s*1/, task);
     }
+  });
+
+  it("gives each container exactly the task's memory and pids, and the bounded default pids when it sets none", async () => {
+    // 300M is Harbor's binary 300 MiB; a task without pids_limit gets DEFAULT_PIDS_LIMIT, never "max".
+    assert.deepEqual((await agentFile('allowed', 'cgroup.txt')).trim().split('\n'), [`${300 * 2 ** 20}`, '200']);
+    const [memory, pids] = (await agentFile('compose-interpolation', 'cgroup.txt')).trim().split('\n');
+    assert.equal(memory, `${2 * 2 ** 30}`);
+    assert.equal(pids, `${DEFAULT_PIDS_LIMIT}`);
+  });
+
+  it("bounds what a trial's steps bring to the host by the trial's collect budget, not each step's", async () => {
+    const trialDir = path.join(dir, 'jobs', jobName, 'step-flood__oracle__1');
+    const result = await trial('step-flood');
+    assert.equal(result.step_results?.length, 3, JSON.stringify(result.error));
+    let bytes = 0;
+    for (const entry of await readdir(trialDir, { recursive: true, withFileTypes: true })) {
+      if (!entry.isFile() || !/^(agent|verifier|artifacts|steps)(\/|$)/.test(path.relative(trialDir, entry.parentPath)))
+        continue;
+      if (path.relative(trialDir, path.join(entry.parentPath, entry.name)) === 'agent/llm-calls.jsonl') continue;
+      bytes += (await stat(path.join(entry.parentPath, entry.name))).size;
+    }
+    assert.ok(bytes <= 1_000_000, `${bytes} bytes collected`);
+    assert.ok(bytes >= 800_000, `the first two steps' logs were kept (${bytes} bytes)`);
+    const log = await readFile(path.join(trialDir, 'trial.log'), 'utf8');
+    assert.match(log, /step s3: the trial's collect_max_bytes reached, not collected: .*flood\.bin/);
   });
 
   it('lets the canary and the vendor key reach no result, log or output', async () => {
@@ -242,6 +294,20 @@ describe('hostile tasks refused before any trial: links out of the task and comp
     await writeTask(tasks, 'compose-env-file', {
       compose: ['services:', '  main:', '    env_file: [/proc/self/environ]', ''].join('\n'),
     });
+    await writeTask(tasks, 'over-caps', {
+      toml: [
+        '[environment]',
+        'memory_mb = 1048576', // 1 TiB: more than this host has
+        'pids_limit = 4000000',
+        'build_timeout_sec = 1e10', // a timer of 317 years overflows to 1 ms
+        '[verifier]',
+        'timeout_sec = 90000',
+        '[[verifier.collect]]',
+        'command = "true"',
+        'timeout_sec = 100000',
+        '',
+      ].join('\n'),
+    });
     await writeFile(path.join(dir, 'job.yaml'), jobYaml(jobName));
     run = await runCli(['job.yaml'], { cwd: dir, env: WORKER_ENV, timeoutMs: 5 * 60_000 });
   });
@@ -264,6 +330,11 @@ describe('hostile tasks refused before any trial: links out of the task and comp
       /compose-retag\/environment\/docker-compose\.yaml: services\.side\.build\.tags: not allowed/,
       /services\.other\.build\.context: \/ is outside the task folder/,
       /compose-env-file\/environment\/docker-compose\.yaml: services\.main\.env_file: \/proc\/self\/environ is outside/,
+      /over-caps\/task\.toml: environment\.memory_mb: 1 TiB of memory is over the job's cap \(job\.yaml environment\.max_memory = [\d.]+ GiB, by default the host memory less 10 %\)/,
+      /over-caps\/task\.toml: environment\.pids_limit: 4000000 of pids is over the job's cap \(job\.yaml environment\.max_pids = 32768\)/,
+      /over-caps\/task\.toml: environment\.build_timeout_sec: 10000000000 s is over the job's cap \(job\.yaml environment\.max_timeout_sec = 86400\)/,
+      /over-caps\/task\.toml: verifier\.timeout_sec: 90000 s is over/,
+      /over-caps\/task\.toml: verifier\.collect\.0\.timeout_sec: 100000 s is over/,
     ];
     for (const line of expected) assert.match(run.stderr, line);
   });

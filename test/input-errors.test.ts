@@ -231,6 +231,79 @@ describe('invalid input', () => {
     ]);
   });
 
+  it("refuses a task over the job's caps (resources, steps, timeouts) and job overrides over them, before any trial", async () => {
+    await writeTask('greedy', {
+      'task.toml': [
+        'version = "1.0"',
+        '[environment]',
+        'memory = "8G"',
+        'cpus = 4',
+        'storage_mb = 50000',
+        '[agent]',
+        'timeout_sec = 7200',
+        '[[steps]]',
+        'name = "one"',
+        '[[steps]]',
+        'name = "two"',
+        '',
+      ].join('\n'),
+      'steps/one/instruction.md': 'x',
+      'steps/two/instruction.md': 'y',
+    });
+    const caps = [
+      '  max_memory: 4G',
+      '  max_cpus: 2',
+      '  max_storage: 20G',
+      '  max_steps: 1',
+      '  max_timeout_sec: 3600',
+    ];
+    const job = [
+      'environment:',
+      '  type: docker',
+      ...caps,
+      'agents:',
+      '  - name: oracle',
+      'datasets:',
+      '  - path: greedy',
+    ];
+    const stderr = await expectInputError(job.join('\n'), [
+      /greedy\/task\.toml: environment\.memory: 8 GiB of memory is over the job's cap \(job\.yaml environment\.max_memory = 3\.7 GiB/,
+      /greedy\/task\.toml: environment\.cpus: 4 of CPUs is over the job's cap \(job\.yaml environment\.max_cpus = 2\)/,
+      /greedy\/task\.toml: environment\.storage_mb: 48\.8 GiB of storage is over/,
+      /greedy\/task\.toml: steps: 2 steps are over the job's cap \(job\.yaml environment\.max_steps = 1\)/,
+      /greedy\/task\.toml: agent\.timeout_sec: 7200 s is over the job's cap \(job\.yaml environment\.max_timeout_sec = 3600\)/,
+    ]);
+    assert.equal(stderr.trim().split('\n').length, 5, stderr);
+
+    // The job's overrides replace the task's values: then only they are checked, against the same caps.
+    const overridden = [
+      'environment:',
+      '  type: docker',
+      '  max_memory: 4G',
+      '  override_memory: 6G',
+      '  override_cpus: 1',
+    ];
+    const overStderr = await expectInputError(
+      [...overridden, '  pids_limit: 100000', 'agents:', '  - name: oracle', 'datasets:', '  - path: tasks', ''].join(
+        '\n'
+      ),
+      [
+        /job\.yaml: environment\.override_memory: 5\.6 GiB of memory is over the job's cap \(job\.yaml environment\.max_memory = 3\.7 GiB/,
+        /job\.yaml: environment\.pids_limit: 100000 of pids is over the job's cap \(job\.yaml environment\.max_pids = 32768\)/,
+      ]
+    );
+    assert.equal(overStderr.trim().split('\n').length, 2, overStderr);
+
+    // A timeout_multiplier that scales a timeout past what a timer can wait (24.8 days) is the job's mistake.
+    await expectInputError(['timeout_multiplier: 100000', JOB].join('\n'), [
+      /job\.yaml: timeout_multiplier: trial hello-world__oracle__1's \w+ timeout would be \d+ s, over the 2147483 s a timer can wait/,
+    ]);
+    await expectInputError(['environment:', '  max_timeout_sec: 1e9', JOB].join('\n'), [
+      /job\.yaml: environment\.max_timeout_sec: /,
+    ]);
+    await rm(path.join(dir, 'greedy'), { recursive: true, force: true });
+  });
+
   it('refuses a task that needs a capability its provider lacks, naming the task and the capability', async () => {
     await writeTask('gpu-task', { 'task.toml': 'version = "1.0"\n[environment]\ngpus = 1\n' });
     const job = ['environment:', '  type: local', 'agents:', '  - name: oracle', 'datasets:', '  - path: gpu-task', ''];

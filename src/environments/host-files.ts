@@ -29,7 +29,14 @@ export class CollectBudget {
   private readonly cut: string[] = [];
   private cutUncounted = 0;
 
-  constructor(private readonly limits: CollectLimits) {}
+  /** `spent`: what earlier steps of the trial already brought to the host (the limits are the trial's). */
+  constructor(
+    private readonly limits: CollectLimits,
+    private readonly spent: { entries: number; bytes: number } = { entries: 0, bytes: 0 }
+  ) {
+    this.entries = spent.entries;
+    this.bytes = spent.bytes;
+  }
 
   /** Whether an entry of `size` bytes (0 for a folder) fits; once one does not, none after it does. */
   admit(name: string, size: number, kind: 'file' | 'folder' = 'file'): boolean {
@@ -52,7 +59,8 @@ export class CollectBudget {
 
   report(): CollectReport {
     const more = this.cutUncounted ? [`… and ${this.cutUncounted} more`] : [];
-    return { files: this.files, bytes: this.bytes, limit_reached: this.limitReached, cut: [...this.cut, ...more] };
+    const bytes = this.bytes - this.spent.bytes;
+    return { files: this.files, bytes, limit_reached: this.limitReached, cut: [...this.cut, ...more] };
   }
 }
 

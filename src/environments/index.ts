@@ -10,6 +10,7 @@ import { InputError } from '../errors';
 import { providerKeys } from '../job/schema';
 import type { EnvironmentRequirement } from '../task/load';
 import { parseBytes, parseCpus } from '../quantity';
+import { taskCapProblems } from '../task/caps';
 import { separateVerifierEnvironment, taskResources } from '../task/schema';
 import { isRefusal, wantedGuest } from './cloud/guest-size';
 import { taskComposeFile } from './docker/compose';
@@ -57,6 +58,7 @@ export function environmentRequirement(
     ...(await provider.requirement(task, settings)),
     ...(await missingCapabilities(provider, task)),
     ...sizeProblems(provider, settings, environment, task),
+    ...taskCapProblems(task, environment),
   ];
 }
 

@@ -11,7 +11,9 @@ import { parseBytes, parseCpus } from '../quantity';
 import type { Task } from '../task/load';
 import { stepTaskConfig } from '../task/steps';
 import { taskEnvProblems } from '../task/task-env';
-import { formatProblem } from '../errors';
+import type { Problem } from '../errors';
+import { InputError, formatProblem } from '../errors';
+import { MAX_TIMER_SEC, overrideCapProblems } from '../task/caps';
 import type { TaskResources } from '../task/schema';
 import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../trial/types';
 import { readJobJson } from '../storage/job-folder';
@@ -62,6 +64,8 @@ export function jobDirOf(job: { jobs_dir: string; name: string }): string {
  */
 export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: number } = {}): Promise<JobPlan> {
   importProvider(job.environment, job.file);
+  const overCaps = overrideCapProblems(job.environment, job.file);
+  if (overCaps.length > 0) throw new InputError(overCaps);
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
     // An earlier run of this job pinned its registry tasks: keep those commits.
@@ -135,6 +139,9 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
     }
   }
 
+  const overflow = timerOverflow(trials, job.file);
+  if (overflow) throw new InputError([overflow]);
+
   const lastIndexOfEnv = new Map<string, number>();
   trials.forEach((spec, index) => lastIndexOfEnv.set(spec.envKey, index));
   const unsetEnvVars = [
@@ -178,6 +185,25 @@ export function stepTimeouts(job: ResolvedJob, task: Task, agent: AgentConfig): 
     stop: scale(HOUSEKEEPING_SEC),
     cleanup: scale(HOUSEKEEPING_SEC),
   };
+}
+
+/**
+ * A timeout longer than a timer can wait (the caps bound each task's, but timeout_multiplier and job.yaml's own
+ * timeouts scale them): a problem of the job file, since a timer asked for more fires at once.
+ */
+function timerOverflow(trials: readonly TrialSpec[], file: string): Problem | undefined {
+  for (const spec of trials) {
+    const stepTimeouts = (spec.multiStep?.steps ?? []).flatMap((step) => Object.entries(step.timeouts));
+    for (const [phase, seconds] of [...Object.entries(spec.timeouts), ...stepTimeouts]) {
+      if (seconds <= MAX_TIMER_SEC) continue;
+      return {
+        file,
+        field: 'timeout_multiplier',
+        message: `trial ${spec.trialName}'s ${phase} timeout would be ${Math.round(seconds)} s, over the ${MAX_TIMER_SEC} s a timer can wait: lower timeout_multiplier or the timeouts it scales`,
+      };
+    }
+  }
+  return undefined;
 }
 
 /** A multi-step task's steps, each with its own agent and verifier limits (the task's when unset), scaled alike. */

@@ -3,10 +3,11 @@ import { z } from 'zod';
 import { BUILTIN_AGENTS } from '../agents/registry';
 import { LOG_LEVELS } from '../log';
 import { API_ERROR_TYPES } from '../gateway/errors';
-import { parseBytes, parseCpus } from '../quantity';
+import { parseBytes, parseCpus, quantitySchema as quantity } from '../quantity';
 import type { TaskErrorType } from '../trial/errors';
 import { JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from '../trial/errors';
 import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
+import { CAP_KEYS } from '../task/caps';
 import { TaskEnvAllowSchema } from '../task/task-env';
 
 /**
@@ -28,15 +29,6 @@ export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
 export type MetricType = (typeof METRIC_TYPES)[number];
 
 export const ORACLE_AGENT = 'oracle';
-
-const quantity = (parse: (v: string | number) => number) =>
-  z.union([z.string(), z.number()]).superRefine((value, ctx) => {
-    try {
-      parse(value);
-    } catch (err) {
-      ctx.addIssue({ code: 'custom', message: (err as Error).message });
-    }
-  });
 
 /** job.yaml `rate_limits`: one rule per upstream/model glob; calls over a limit wait at the gateway. */
 export const RateLimitSchema = z
@@ -273,7 +265,8 @@ const commonEnvironmentKeys = {
   override_storage: quantity(parseBytes).optional(),
   /** Overrides every task's [environment] pids_limit. */
   pids_limit: z.number().int().positive().optional(),
-  /** Caps on what collect copies from an environment's /logs to the host, per trial. */
+  ...CAP_KEYS,
+  /** Caps on what collect copies from an environment to the host, per trial (every step's logs and artifacts). */
   collect_max_bytes: quantity(parseBytes).default('1Gi'),
   collect_max_files: z.number().int().positive().default(10_000),
   /**
