@@ -31,6 +31,7 @@ import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
 import { addCodecServerCommand } from './codec-server';
+import { stopWithNpm } from './npm-parent';
 import { addWorkerCommand } from './worker';
 
 /**
@@ -301,6 +302,7 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  stopWithNpm();
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {
