@@ -40,7 +40,7 @@ const CONCURRENCY_RUN_MS = 35_000;
 async function withLimiterWorker<T>(taskQueue: string, body: () => Promise<T>): Promise<T> {
   const connection = await NativeConnection.connect({ address: TEST_ADDRESS });
   try {
-    const worker = await Worker.create({ connection, taskQueue, workflowsPath: require.resolve('../workflows') });
+    const worker = await Worker.create({ connection, taskQueue, workflowsPath: require.resolve('../../workflows') });
     return await worker.runUntil(body());
   } finally {
     await connection.close();

@@ -204,7 +204,7 @@ describe('several Rollouts on one host', () => {
     const worker = await Worker.create({
       connection: nativeConnection,
       taskQueue,
-      workflowsPath: require.resolve('../workflows'),
+      workflowsPath: require.resolve('../../workflows'),
     });
     const claimer = await Worker.create({
       connection: nativeConnection,

@@ -18,7 +18,10 @@ const historyFiles = async () => (await readdir(HISTORIES_DIR)).filter((name) =>
 
 describe('replaying recorded histories', () => {
   before(async () => {
-    workflowBundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: quietLogger });
+    workflowBundle = await bundleWorkflowCode({
+      workflowsPath: require.resolve('../../workflows'),
+      logger: quietLogger,
+    });
   });
 
   it('has histories of both workflow types to replay', async () => {
