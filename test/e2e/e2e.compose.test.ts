@@ -19,7 +19,13 @@ import { LABEL_COMPOSE_PROJECT } from '../../src/environments/docker/compose';
 import { refuseForeignSidecarTags } from '../../src/environments/docker/images';
 import { imageTag } from '../../src/environments/image-builder/builder';
 import { DockerEngine } from '../../src/environments/image-builder/engine';
-import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_PART_OF, LABEL_TRIAL } from '../../src/environments/environment';
+import {
+  LABEL_DEPLOYMENT,
+  LABEL_HOST,
+  LABEL_JOB,
+  LABEL_PART_OF,
+  LABEL_TRIAL,
+} from '../../src/environments/environment';
 import { TaskEnvironmentError } from '../../src/environments/environment';
 import { environmentKey } from '../../src/environments/env-key';
 import type { TrialResult } from '../../src/results/trial-result';
