@@ -3,19 +3,19 @@ import path from 'node:path';
 
 import { Context } from '@temporalio/activity';
 
-import type { AgentRun } from '../src/agents/agent';
-import { instructionVariable } from '../src/agents/agent';
+import type { AgentRun } from '../src/contracts/agent';
+import { instructionVariable } from '../src/contracts/agent';
 import { catalogueAgent, loadAgentConfig } from '../src/agents/config';
 import { createAgent } from '../src/agents/create';
 import { installPlan } from '../src/agents/installed';
 import { providerOf } from '../src/environments';
 import { CA_TRUST_ENV } from '../src/environments/ca-trust';
-import { INSTRUCTION_FILE } from '../src/environments/environment';
-import type { AgentConfig, EnvironmentType } from '../src/job/schema';
+import { INSTRUCTION_FILE } from '../src/contracts/environment';
+import type { AgentConfig, EnvironmentType } from '../src/contracts/job-config';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { taskAtStep } from '../src/task/steps';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveTaskEnv, resolveWorkerEnv, trialSecretEnv } from './context';
 

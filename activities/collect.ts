@@ -5,7 +5,7 @@ import type { CollectBudget } from '../src/environments/host-files';
 import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import { restoreGatewayCalls, setGatewayCallsAside } from '../src/results/gateway-calls';
-import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, log } from './context';
 import { markUnscrubbed, scrubTrialFolder } from './secrets';

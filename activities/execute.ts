@@ -1,18 +1,18 @@
 import path from 'node:path';
 
-import { SolutionNotFoundError } from '../src/agents/agent';
+import { SolutionNotFoundError } from '../src/contracts/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
 import { refusalMessage } from '../src/gateway/budget';
 import type { TrialSession, TrialSessionOptions } from '../src/gateway/gateway';
-import type { AgentConfig } from '../src/job/schema';
-import { JOB_BUDGET_ERROR } from '../src/trial/errors';
+import type { AgentConfig } from '../src/contracts/job-config';
+import { JOB_BUDGET_ERROR } from '../src/contracts/trial-errors';
 import type { GatewayChannel } from '../src/gateway/relay/channel';
 import { openGatewayChannel } from '../src/gateway/relay/channel';
 import { gatewayEnv, upstreamsFromEnv } from '../src/gateway/upstreams';
 import { log as logLine } from '../src/log';
 import { jobFiles } from '../src/results/files';
-import type { ExecuteOutcome } from '../src/trial/types';
+import type { ExecuteOutcome } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, inPhaseNetwork, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';

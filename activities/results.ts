@@ -10,7 +10,7 @@ import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { scrubbedValue } from '../src/results/scrub';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
-import type { TrialUsage } from '../src/results/usage';
+import type { TrialUsage } from '../src/contracts/trial';
 import { addCall, emptyUsage } from '../src/results/usage';
 import { trialFinished } from '../src/metrics/rollout-metrics';
 import { budgetResult, readLedger } from '../src/temporal/spend-ledger';
@@ -18,7 +18,7 @@ import { buildTrajectory } from '../src/trajectory/atif';
 import { readJobJson, writeJobJson } from '../src/storage/job-folder';
 import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
-import type { TrialSpec } from '../src/trial/types';
+import type { TrialSpec } from '../src/contracts/trial';
 import { settleCollected, trialSecrets } from './secrets';
 
 export interface WriteTrialResultInput {

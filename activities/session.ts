@@ -8,10 +8,10 @@ import type { TrialResult } from '../src/results/trial-result';
 import { loadTask } from '../src/task/load';
 import { sessionTrajectory } from '../src/trajectory/session';
 import { sessionTools } from '../src/trial/session-tools';
-import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/trial/session-types';
-import { NOT_THIS_HOST, SESSION_AGENT } from '../src/trial/session-types';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
-import { INFRASTRUCTURE_ERROR } from '../src/trial/types';
+import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/contracts/session';
+import { NOT_THIS_HOST, SESSION_AGENT } from '../src/contracts/session';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
+import { INFRASTRUCTURE_ERROR } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
 

@@ -9,15 +9,15 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { CONTAINER_PATHS } from '../src/agents/agent';
-import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/environments/environment';
-import type { Environment } from '../src/environments/environment';
+import { CONTAINER_PATHS } from '../src/contracts/agent';
+import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/contracts/environment';
+import type { Environment } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles, LOG_FOLDERS } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { isDirectory, isFile } from '../src/files/absent';
-import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/contracts/trial';
 import { log, taskFailure, tail } from './context';
 
 /** The spec of a multi-step trial's step, by name. */

@@ -3,23 +3,23 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import type { Environment } from '../src/environments/environment';
-import { TaskEnvironmentError } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
+import { TaskEnvironmentError } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { CollectBudget } from '../src/environments/host-files';
 import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { separateVerifierNetwork, unsupportedNeed, UnsupportedNetworkError } from '../src/task/policy';
-import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
+import { separateVerifierEnvironment, taskResources } from '../src/contracts/task-config';
 import { taskAtStep } from '../src/task/steps';
 import type { CollectedArtifact } from '../src/trial/artifacts';
 import { collectArtifacts, placeArtifacts } from '../src/trial/artifacts';
 import { verifierBuild } from '../src/trial/verifier-build';
 
-import { CONTAINER_PATHS } from '../src/agents/agent';
+import { CONTAINER_PATHS } from '../src/contracts/agent';
 import { readReward } from '../src/trial/reward';
-import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/contracts/trial';
 
 /** Largest reward file read: far above any real one (a 10 MB reward.json is fine), far below a worker's memory. */
 const REWARD_FILE_MAX_BYTES = 64 * 2 ** 20;

@@ -1,7 +1,7 @@
-import type { ExecResult } from '../environments/environment';
-import type { AgentConfig } from '../job/schema';
-import type { Agent, AgentRun } from './agent';
-import { CONTAINER_PATHS } from './agent';
+import type { ExecResult } from '../contracts/environment';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent, AgentRun } from '../contracts/agent';
+import { CONTAINER_PATHS } from '../contracts/agent';
 import { uploadAgentScript } from './upload';
 
 /**

@@ -7,9 +7,9 @@
  */
 import { createHash } from 'node:crypto';
 
-import type { AgentConfig } from '../job/schema';
-import type { Agent, AgentRun, InstallOutcome } from './agent';
-import { CONTAINER_PATHS } from './agent';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent, AgentRun, InstallOutcome } from '../contracts/agent';
+import { CONTAINER_PATHS } from '../contracts/agent';
 import { uploadAgentScript } from './upload';
 import type { InstalledAgentDefinition } from './builtin';
 import { AGENTS_ROOT, agentPrefix } from './builtin';

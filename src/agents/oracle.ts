@@ -1,5 +1,5 @@
-import type { Agent } from './agent';
-import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
+import type { Agent } from '../contracts/agent';
+import { CONTAINER_PATHS, SolutionNotFoundError } from '../contracts/agent';
 
 /**
  * The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. The copy also lands

@@ -17,7 +17,7 @@ import type { ResolvedJob } from '../job/load';
 import { jobDirOf, planJob } from '../job/plan';
 import { jobFiles, readJson } from '../results/files';
 import { readJobTrials } from '../results/job-folder';
-import type { TrialUsage } from '../results/usage';
+import type { TrialUsage } from '../contracts/trial';
 
 /** A typical agentic trial when nothing was measured: stated in the output as an assumption. */
 const ASSUMED_TRIAL_USAGE = { input_tokens: 300_000, cached_tokens: 0, output_tokens: 15_000 };

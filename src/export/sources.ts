@@ -6,7 +6,7 @@ import path from 'node:path';
 
 import { z } from 'zod';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import type { Message, ToolDefinition } from '../gateway/dialect';
 import { dialectByName } from '../gateway/dialects';
 import type { LlmCallRecord } from '../gateway/records';

@@ -3,7 +3,7 @@ import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 import type { CallKind, DialectName, Usage } from './dialect';
-import type { ApiErrorType } from './errors';
+import type { ApiErrorType } from '../contracts/trial-errors';
 
 export const LLM_CALLS_FILE = 'llm-calls.jsonl';
 

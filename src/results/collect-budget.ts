@@ -8,7 +8,7 @@ import path from 'node:path';
 
 import { CollectBudget } from '../environments/host-files';
 import { LLM_CALLS_FILE } from '../gateway/records';
-import type { CollectLimits } from '../trial/types';
+import type { CollectLimits } from '../contracts/trial';
 import { LOG_FOLDERS } from './files';
 
 /** A trial folder's folders that hold what came out of its environment: logs and artifacts, of every step. */

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import { LineTail, runCommand } from '../cli-command';
-import { TaskEnvironmentError } from '../environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import type { ComposeModel, ComposeProblem, ComposeService } from './compose-policy';
 import { hardenModel, modelProblems, rawComposeProblems } from './compose-policy';
 import { ifPresent } from '../../files/absent';

@@ -3,9 +3,9 @@
  * other command would otherwise pay for the SDK and its gRPC stack.
  */
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
+import type { EnvironmentProvider } from '../../contracts/provider';
 import { checkModalCredentials } from './credentials';
-import type * as ModalModule from './index';
+import type * as ModalModule from './';
 import { ModalSettingsSchema } from './settings';
 
 export const modalProvider: EnvironmentProvider = {
@@ -31,7 +31,7 @@ export const modalProvider: EnvironmentProvider = {
   check: () => checkModalCredentials(),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { ModalEnvironment } = require('./index') as typeof ModalModule;
+    const { ModalEnvironment } = require('./') as typeof ModalModule;
     return new ModalEnvironment(owner);
   },
 };
