@@ -18,6 +18,7 @@ import { taskAtStep } from '../src/task/steps';
 import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveTaskEnv, resolveWorkerEnv, trialSecretEnv } from './context';
+import { trialLayout } from '../src/contracts/paths';
 
 export interface AgentStepInput {
   spec: TrialSpec;
@@ -45,7 +46,7 @@ export async function prepareAgentRun(
     env: { ...env, ...instructionVariable(task.instruction) },
     timeoutMs: timeoutSec * 1000,
     signal: Context.current().cancellationSignal,
-    agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+    agentLogsDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
     gateway: null,
     user: task.config.agent.user,
     solutionEnv: resolveTaskEnv(task.config.solution.env, spec),

@@ -19,6 +19,7 @@ import type { AgentStepInput } from './agent-run';
 import { prepareAgentRun } from './agent-run';
 import { startTaskStep, taskStepSpec } from './task-step';
 import { leftoversKilledByVerifier } from './verify';
+import { trialLayout } from '../src/contracts/paths';
 
 /**
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
@@ -73,7 +74,7 @@ export function executeAgent(deps: ActivityDeps) {
         session = await deps.gateway.openTrial({
           trialId: spec.trialId,
           jobName: spec.jobName,
-          agentDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+          agentDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
           upstreams: upstreamsFromEnv(run.env),
           rateLimits: spec.rateLimits ?? [],
           ...(config.limits ? { limits: config.limits } : {}),

@@ -14,6 +14,7 @@ import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import { INFRASTRUCTURE_ERROR } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
+import { trialLayout } from '../src/contracts/paths';
 
 export interface SessionCommandInput {
   spec: TrialSpec;
@@ -129,7 +130,7 @@ export async function writeSessionRecord({ spec, record, limits }: SessionRecord
   const loaded = await loadTask(spec.taskDir);
   const instruction = loaded.task?.instruction ?? '';
   const tools = limits ? sessionTools(limits) : [];
-  await writeJsonAtomic(path.join(dir, 'agent', 'trajectory.json'), sessionTrajectory(record, instruction, tools));
+  await writeJsonAtomic(trialLayout(dir).trajectory, sessionTrajectory(record, instruction, tools));
   const result: TrialResult & { session: object } = {
     trial_name: spec.trialName,
     task_name: spec.taskName,

@@ -38,14 +38,6 @@ export interface Agent {
   execute(run: AgentRun): Promise<ExecResult>;
 }
 
-/** In-container paths. Commands fall back to them unless an environment maps them elsewhere (local). */
-export const CONTAINER_PATHS = {
-  logs: '${ROLLOUT_LOGS_DIR:-/logs}',
-  tests: '${ROLLOUT_TESTS_DIR:-/tests}',
-  oracle: '${ROLLOUT_ORACLE_DIR:-/oracle}',
-  agentScripts: '${ROLLOUT_AGENT_DIR:-/installed-agent}',
-} as const;
-
 /**
  * $ROLLOUT_TASK_INSTRUCTION is set only up to this size: Linux refuses a larger variable to any program (128 KiB
  * per variable), and Docker's API refuses large container configurations. Larger instructions are only in the file.

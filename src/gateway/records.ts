@@ -5,8 +5,6 @@ import { createInterface } from 'node:readline';
 import type { CallKind, DialectName, Usage } from './dialect';
 import type { ApiErrorType } from '../contracts/trial-errors';
 
-export const LLM_CALLS_FILE = 'llm-calls.jsonl';
-
 export interface LlmCallRecord {
   /** 1-based order of the call within the trial's execute step. */
   seq: number;

@@ -21,7 +21,7 @@ import type { ApiErrorType } from '../contracts/trial-errors';
 import { priceOf } from './prices';
 import type { RateLimitRule } from '../contracts/job-config';
 import type { LlmCallRecord } from './records';
-import { LLM_CALLS_FILE } from './records';
+import { LLM_CALLS_FILE } from '../contracts/paths';
 import { boundedRecordLine } from './record-bounds';
 import type { ReplicaPool } from './replicas';
 import { StickyReplica } from './replicas';

@@ -7,11 +7,9 @@
 import { totalmem } from 'node:os';
 import path from 'node:path';
 
-import { z } from 'zod';
-
 import type { Problem } from '../contracts/errors';
 import type { CapSettings } from '../contracts/job-config';
-import { formatBytes, parseBytes, parseCpus, quantitySchema } from '../contracts/quantity';
+import { formatBytes, parseBytes, parseCpus } from '../contracts/quantity';
 import type { TaskConfig } from '../contracts/task-config';
 import { separateVerifierEnvironment, taskResources } from '../contracts/task-config';
 

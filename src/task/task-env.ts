@@ -4,7 +4,6 @@
  * only through names the operator lists in job.yaml `environment.task_env_allow` (empty by default). Vendor keys,
  * cloud credentials and Rollout's and Temporal's own variables are never readable by a task, listed or not.
  */
-import { z } from 'zod';
 
 import type { Problem } from '../contracts/errors';
 import { envReferences } from '../env-vars';
