@@ -10,12 +10,16 @@ import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { execFileSync } from 'node:child_process';
 
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../src/environments/docker';
 import { LABEL_COMPOSE_PROJECT } from '../src/environments/docker/compose';
-import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL } from '../src/environments/environment';
+import { refuseForeignSidecarTags } from '../src/environments/docker/images';
+import { imageTag } from '../src/environments/image-builder/builder';
+import { DockerEngine } from '../src/environments/image-builder/engine';
+import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_PART_OF, LABEL_TRIAL } from '../src/environments/environment';
 import { TaskEnvironmentError } from '../src/environments/environment';
 import { environmentKey } from '../src/environments/env-key';
 import type { TrialResult } from '../src/results/trial-result';
@@ -171,6 +175,27 @@ describe('docker-compose projects, at the environment level', () => {
     for (const trial of ['labels', 'orphans', 'unhealthy']) await environment.removeTrial(`${envJob}/${trial}`);
     await environment.removeImage(image);
     await removeJobLeftovers(envJob);
+  });
+
+  it('a sidecar build that re-tags an image Rollout did not choose fails, and the foreign tag is removed (H7)', async () => {
+    const key = `h7-${randomBytes(4).toString('hex')}`;
+    const mainTag = imageTag(key);
+    const ours = `${mainTag}-svc-db`;
+    const victim = `rollout-h7-victim-${randomBytes(3).toString('hex')}:latest`;
+    // One image with Rollout's sidecar tag and a foreign one, as a build that got around the compose policy makes.
+    const labels = ['--label', `${LABEL_PART_OF}=${key}`, '--label', `${LABEL_JOB}=${envJob}`];
+    execFileSync('docker', ['build', '-q', '-t', ours, '-t', victim, ...labels, '-'], {
+      input: 'FROM debian:bookworm-slim\n',
+    });
+    const engine = new DockerEngine({ hostId, deployment });
+    await assert.rejects(
+      refuseForeignSidecarTags(engine, key, mainTag),
+      (err: unknown) => err instanceof TaskEnvironmentError && err.message.includes(victim)
+    );
+    assert.equal(await engine.imageLabels(victim), undefined, 'the foreign tag is gone');
+    assert.ok(await engine.imageLabels(ours), "Rollout's own tag stays");
+    await refuseForeignSidecarTags(engine, key, mainTag);
+    await docker.getImage(ours).remove();
   });
 
   it('labels every container, network and volume of the project with its owner, job and trial', async () => {
