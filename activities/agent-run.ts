@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 
 import { Context } from '@temporalio/activity';
 

@@ -1,5 +1,3 @@
-import path from 'node:path';
-
 import { SolutionNotFoundError } from '../src/contracts/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';

@@ -20,7 +20,7 @@ import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
 import type { TrialSpec } from '../src/contracts/trial';
 import { settleCollected, trialSecrets } from './secrets';
-import { LLM_CALLS_FILE, TRIAL_FILES, trialLayout } from '../src/contracts/paths';
+import { TRIAL_FILES, trialLayout } from '../src/contracts/paths';
 
 export interface WriteTrialResultInput {
   spec: TrialSpec;

@@ -2,7 +2,6 @@
  * What the export formats read of a trial folder: the gateway's `agent/llm-calls.jsonl` (any dialect, in the
  * neutral OpenAI-style shape the dialects give) and the ATIF `agent/trajectory.json` (gateway trials and sessions).
  */
-import path from 'node:path';
 
 import { z } from 'zod';
 
@@ -15,7 +14,7 @@ import type { AtifTrajectory } from '../trajectory/atif';
 import { toolsKey } from '../trajectory/atif';
 import type { ExportTrial } from './trials';
 import { readInputJson } from './trials';
-import { LLM_CALLS_FILE, trialLayout } from '../contracts/paths';
+import { trialLayout } from '../contracts/paths';
 
 /** A message as OpenAI's Chat Completions API takes it (tool call arguments as a JSON string). */
 export interface OpenAiMessage {

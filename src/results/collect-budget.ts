@@ -8,7 +8,7 @@ import path from 'node:path';
 
 import { CollectBudget } from '../environments/host-files';
 import type { CollectLimits } from '../contracts/trial';
-import { LLM_CALLS_FILE, LOG_FOLDERS, trialLayout } from '../contracts/paths';
+import { LOG_FOLDERS, trialLayout } from '../contracts/paths';
 
 /** A trial folder's folders that hold what came out of its environment: logs and artifacts, of every step. */
 const COLLECTED_FOLDERS = [...LOG_FOLDERS, 'artifacts', 'steps'];

@@ -3,7 +3,6 @@
  * calls, observations and per-step token metrics) and `agent/llm-calls.jsonl` (one model call per line: timestamps,
  * dialect, model, request, response, status, latency, usage). Either is optional; unknown fields are ignored.
  */
-import path from 'node:path';
 
 import { readRegularHead } from '../files/no-follow';
 import type { VNode } from './html';
