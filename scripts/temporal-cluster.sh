@@ -28,6 +28,8 @@ set -a
 set +a
 
 port=${ROLLOUT_CLUSTER_PORT:-7233}
+# The server records its membership ports in a PostgreSQL smallint column.
+[ $((port + 11)) -le 32767 ] || { echo "[temporal-cluster] error: ROLLOUT_CLUSTER_PORT=$port: the ports up to $((port + 11)) must stay below 32768 (the server stores membership ports as smallint)" >&2; exit 1; }
 ip=${ROLLOUT_CLUSTER_IP:-127.0.0.1}
 dir=${ROLLOUT_CLUSTER_DIR:-${ROLLOUT_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/rollout}/cluster}
 cache=${ROLLOUT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rollout}/temporal-server/$TEMPORAL_SERVER_VERSION
