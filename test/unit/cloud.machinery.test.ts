@@ -15,6 +15,7 @@ import type { JobPlan } from '../../src/job/plan';
 import { JobConfigSchema } from '../../src/job/schema';
 import { E2BSettingsSchema } from '../../src/environments/e2b/settings';
 import { flyGuestSize } from '../../src/environments/fly/guest';
+import { labelsOfModalTags, modalTags } from '../../src/environments/modal/tags';
 
 const owner = { hostId: 'host-a', deployment: 'dep-1' };
 const quota = (err: unknown) => (err instanceof Error && err.message.startsWith('429 ') ? err.message.slice(4) : null);
@@ -116,6 +117,28 @@ describe('cloud providers: shared machinery', () => {
     assert.ok(!isTrialSandbox(owner, dotted, 'j/t2'));
     assert.equal(sandboxLifetimeSec(100), 700);
     assert.equal(sandboxLifetimeSec(undefined), 3600);
+  });
+
+  it("writes Modal tags within Modal's tag rule and reads them back whole; a filter never matches a longer value", () => {
+    const labels = { 'rollout.trial': 'job-1/task__agent__1', 'rollout.image': 'ghcr.io/x/y:1.0', note: 'é ü 🙂 a_b' };
+    const long = { 'rollout.trial': `job/${'t'.repeat(200)}` };
+    for (const given of [labels, long]) {
+      const tags = modalTags(given);
+      for (const [name, value] of Object.entries(tags)) {
+        assert.match(name, /^[A-Za-z0-9._-]{1,63}$/);
+        assert.match(value, /^[A-Za-z0-9._-]{1,63}$/);
+      }
+      assert.deepEqual(labelsOfModalTags(tags), given);
+    }
+    assert.deepEqual(modalTags({ 'rollout.trial': 'a/b_c' }), { 'rollout.trial': 'a_.b__c' });
+    assert.deepEqual(Object.keys(modalTags(long)), [
+      'rollout.trial.4.0',
+      'rollout.trial.4.1',
+      'rollout.trial.4.2',
+      'rollout.trial.4.3',
+    ]);
+    // A value 63 characters long and a longer one sharing its start carry different tag names.
+    assert.equal('rollout.trial' in modalTags({ 'rollout.trial': `${'x'.repeat(63)}y` }), false);
   });
 
   it('max_sandboxes caps the trials a job runs at once, and is refused when not a positive integer', () => {

@@ -17,6 +17,7 @@ import type { CloudStandIn } from '../../support/cloud-stand-in';
 import { buildImageRegistry, startImageRegistry } from '../../support/image-registry';
 import { StandInFaults } from '../../support/stand-in-faults';
 import { freePort } from '../../support/serve';
+import { ownerLabel, removeOnExit, removeOrphanedContainers } from '../../support/stand-in-owner';
 
 const LABEL = 'rollout.fly-stand-in';
 const APP = 'rollout-stand-in';
@@ -83,6 +84,10 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
   if (typeof registry === 'string') throw new Error(`fly stand-in: ${registry} (and building it failed: see above)`);
   const token = `fly-stand-in-${randomBytes(12).toString('hex')}`;
   const standInId = randomBytes(4).toString('hex');
+  // Machines that killed runs of a stand-in left (their process is gone; live runs' are kept), and this run's when it
+  // exits without stop().
+  await removeOrphanedContainers(docker, LABEL);
+  const stopWatching = removeOnExit(LABEL, standInId);
   const machines = new Map<string, Machine>();
   let failCreates = 0;
   const faults = new StandInFaults();
@@ -139,7 +144,7 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
       ...(init.entrypoint ? { Entrypoint: init.entrypoint } : {}),
       ...(init.cmd ? { Cmd: init.cmd } : {}),
       Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-      Labels: { [LABEL]: standInId },
+      Labels: { [LABEL]: standInId, ...ownerLabel() },
       HostConfig: {
         Init: true,
         NanoCpus: Math.round((guest.cpus ?? 1) * 1e9),
@@ -333,6 +338,7 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
       return containers.map((c) => c.Id);
     },
     async stop() {
+      stopWatching();
       server.close();
       server.closeAllConnections();
       const containers = await docker.listContainers({ all: true, filters: { label: [`${LABEL}=${standInId}`] } });

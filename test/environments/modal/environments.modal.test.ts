@@ -12,6 +12,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import Docker from 'dockerode';
+import { ModalClient } from 'modal';
 
 import type { StartRequest } from '../../../src/environments/environment';
 import { TaskEnvironmentError } from '../../../src/environments/environment';
@@ -24,6 +25,9 @@ import type { ModalStandIn } from './modal-stand-in';
 import { MODAL_QUOTA_MESSAGE, MODAL_STAND_IN_LABEL, startModalStandIn } from './modal-stand-in';
 import { runCli } from '../../support/cli';
 import { REPO_ROOT, testTemporal } from '../../support/temporal';
+import { ModalSettingsSchema } from '../../../src/environments/modal/settings';
+import { environmentRequirement } from '../../../src/environments/index';
+import { TaskConfigSchema } from '../../../src/task/schema';
 
 const run = randomBytes(3).toString('hex');
 const docker = new Docker();
@@ -189,6 +193,74 @@ describe('modal environment (the SDK against the stand-in of Modal’s API)', ()
     const refused = await failure(build(staged, `s${run}`));
     assert.ok(refused instanceof TaskEnvironmentError);
     assert.match(refused.message, /multi-stage/);
+  });
+
+  it('GPU sandboxes take the SDK’s V1 path (SandboxCreate, scheduling, TaskGetCommandRouterAccess, an ephemeral secret for env)', async () => {
+    // A trial id with "/", "_" and more than 63 characters: written as tags within Modal's rule, read back whole.
+    const trialId = `modal-${run}/${'gpu_trial__agent.x__'.repeat(5)}1`;
+    const created = standIn.calls.get('SandboxCreate') ?? 0;
+    const settings = { app: `rollout-test-${run}`, gpu: 'l4' };
+    const { handle } = await environment.start(startRequest('gpu', { trialId, gpus: 2, settings }));
+    try {
+      assert.match(handle.id, /^sb-[0-9A-Za-z]{22}$/, 'a V1 sandbox id');
+      assert.equal(standIn.calls.get('SandboxCreate'), created + 1);
+      assert.ok((standIn.calls.get('TaskGetCommandRouterAccess') ?? 0) > 0);
+      assert.ok((standIn.calls.get('SecretGetOrCreate') ?? 0) > 0);
+      const seen = await environment.exec(handle, { command: 'echo "$GREETING"' });
+      assert.equal(seen.stdout, 'hello from the sandbox\n');
+      const held = await environment.heldEnvironments();
+      assert.ok(
+        held.some((one) => one.id === handle.id && one.trialId === trialId),
+        JSON.stringify(held)
+      );
+      assert.equal(await environment.removeTrial(trialId, settings), 1);
+      assert.equal(await environment.isRunning(handle), false);
+    } finally {
+      await environment.remove(handle);
+    }
+  });
+
+  it('refuses a GPU type Modal lacks and a GPU task with none named, before the job; the stand-in refuses `any` and raw tags', async () => {
+    assert.equal(ModalSettingsSchema.safeParse({ gpu: 'any' }).success, false);
+    assert.equal(ModalSettingsSchema.safeParse({ gpu: 'h100!' }).success, true);
+    const taskDir = path.dirname(
+      await taskEnvironment(path.join('gpu-task', 'environment'), 'FROM debian:bookworm-slim\n')
+    );
+    const task = { dir: taskDir, config: TaskConfigSchema.parse({ environment: { gpus: 2 } }) };
+    const [unnamed] = await environmentRequirement({ type: 'modal' })(task);
+    assert.equal(unnamed?.field, 'environment.gpus');
+    assert.match(unnamed.message, /set environment\.gpu in job\.yaml to one of Modal's types \(T4, L4/);
+    const tooMany = { ...task, config: TaskConfigSchema.parse({ environment: { gpus: 5 } }) };
+    assert.match((await environmentRequirement({ type: 'modal', gpu: 'A10' })(tooMany))[0]!.message, /at most 4 A10/);
+    assert.deepEqual(await environmentRequirement({ type: 'modal', gpu: 'A10' })(task), []);
+    // The SDK itself, unmodified, against the stand-in's rules.
+    const client = new ModalClient({ logger: { debug() {}, info() {}, warn() {}, error() {} } });
+    const app = await client.apps.fromName(`rollout-test-${run}`, { createIfMissing: true });
+    const built = await client.images.fromId(image);
+    const anyGpu = await failure(client.sandboxes.create(app, built, { gpu: 'any:1' }));
+    assert.match(String(anyGpu), /Unknown GPU type: 'ANY'/);
+    const rawTag = await failure(client.sandboxes.create(app, built, { tags: { 'rollout.trial': 'job/trial' } }));
+    assert.match(String(rawTag), /tags may only contain alphanumeric characters/);
+    assert.deepEqual(await standIn.sandboxes(), [], 'nothing was left running');
+  });
+
+  it('the janitor lists every Modal Environment of the workspace, not only the default one', async () => {
+    const staging = `staging-${run}`;
+    standIn.addEnvironment(staging);
+    const settings = { app: `rollout-test-${run}`, environment: staging };
+    const request = startRequest('staged', { settings });
+    const { handle } = await environment.start(request);
+    try {
+      const held = await environment.heldEnvironments();
+      assert.deepEqual(held, [{ id: handle.id, trialId: request.trialId, workerId: null }]);
+    } finally {
+      await environment.remove(handle);
+    }
+    const elsewhere = await failure(
+      environment.start(startRequest('nowhere', { settings: { ...settings, environment: `absent-${run}` } }))
+    );
+    // The stand-in's NOT_FOUND, as the SDK words it.
+    assert.match(String(elsewhere), /NotFoundError: App 'rollout-test-[0-9a-f]+' not found/);
   });
 
   describe('with a running sandbox', () => {

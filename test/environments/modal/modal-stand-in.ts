@@ -17,7 +17,8 @@ import { StandInExecs } from './modal-stand-in/execs';
 import { StandInImages } from './modal-stand-in/images';
 import type { Message } from './modal-stand-in/proto';
 import { grpcError, serviceDefinition } from './modal-stand-in/proto';
-import { StandInSandboxes } from './modal-stand-in/sandboxes';
+import { checkGpu, checkTags } from './modal-stand-in/rules';
+import { DEFAULT_ENVIRONMENT, StandInSandboxes } from './modal-stand-in/sandboxes';
 import { StandInFaults } from '../../support/stand-in-faults';
 
 /** On every container and image the stand-in makes: the instance's id. */
@@ -58,7 +59,13 @@ export class ModalStandIn implements CloudStandIn {
   private readonly imageStore = new StandInImages(this.docker, this.repository, this.label);
   private readonly boxes = new StandInSandboxes(this.docker, this.imageStore, this.label);
   private readonly execs = new StandInExecs(this.docker);
+  /** App id per `<environment>/<name>`, and each App's Environment. */
   private readonly apps = new Map<string, string>();
+  private readonly appEnvironments = new Map<string, string>();
+  /** The workspace's Environments (`modal environment create` adds one: addEnvironment). */
+  private readonly environments = new Set([DEFAULT_ENVIRONMENT]);
+  /** Ephemeral secrets (SecretGetOrCreate), as KEY=value lines: how the V1 path carries a sandbox's env. */
+  private readonly secrets = new Map<string, string[]>();
   private readonly faults = new StandInFaults();
   private quotaFailures = 0;
   private port = 0;
@@ -71,6 +78,11 @@ export class ModalStandIn implements CloudStandIn {
 
   get env(): Record<string, string> {
     return { MODAL_SERVER_URL: this.url, MODAL_TOKEN_ID: TOKEN_ID, MODAL_TOKEN_SECRET: TOKEN_SECRET };
+  }
+
+  /** A Modal Environment of the workspace besides "main" (as `modal environment create <name>` makes one). */
+  addEnvironment(name: string): void {
+    this.environments.add(name);
   }
 
   failNextCreates(count: number): void {
@@ -119,6 +131,40 @@ export class ModalStandIn implements CloudStandIn {
     await this.imageStore.removeAll();
   }
 
+  /** An Environment of the workspace by name ('' is the default one), or NOT_FOUND. */
+  private environment(name: string): string {
+    const environment = name || DEFAULT_ENVIRONMENT;
+    if (!this.environments.has(environment)) {
+      throw grpcError(status.NOT_FOUND, `Environment '${environment}' not found`);
+    }
+    return environment;
+  }
+
+  /** A sandbox of either path, after Modal's checks of its tags and GPUs, in its App's Environment. */
+  private async createSandbox(request: Message, version: 'V1' | 'V2') {
+    if (this.quotaFailures > 0) {
+      this.quotaFailures--;
+      throw grpcError(status.RESOURCE_EXHAUSTED, MODAL_QUOTA_MESSAGE);
+    }
+    checkTags(request.tags as Message[]);
+    const definition = request.definition as Message;
+    checkGpu(definition, version);
+    const secretEnv = ((definition.secretIds as string[] | undefined) ?? []).flatMap((id) => {
+      const env = this.secrets.get(id);
+      if (!env) throw grpcError(status.NOT_FOUND, `Secret ${id} not found`);
+      return env;
+    });
+    const environment = this.appEnvironments.get(request.appId as string);
+    if (!environment) throw grpcError(status.NOT_FOUND, `App ${String(request.appId)} not found`);
+    return this.boxes.create(request, { version, environment, secretEnv });
+  }
+
+  /** SandboxGetTaskId(V2): the task of a running sandbox, or the result of one that has ended. */
+  private taskOf(sandboxId: string): Message {
+    const record = this.boxes.get(sandboxId);
+    return record.result ? { taskResult: record.result } : { taskId: record.taskId };
+  }
+
   private count(method: string): void {
     this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
   }
@@ -141,17 +187,36 @@ export class ModalStandIn implements CloudStandIn {
     return {
       AuthTokenGet: handle('AuthTokenGet', () => ({ token: jwt() })),
       AppGetOrCreate: handle('AppGetOrCreate', (request) => {
-        const name = request.appName as string;
-        if (!this.apps.has(name)) {
-          if (request.objectCreationType !== 1) throw grpcError(status.NOT_FOUND, `App '${name}' not found`);
-          this.apps.set(name, `ap-${randomBytes(11).toString('hex')}`);
+        const environment = this.environment(request.environmentName as string);
+        const key = `${environment}/${request.appName as string}`;
+        if (!this.apps.has(key)) {
+          if (request.objectCreationType !== 1)
+            throw grpcError(status.NOT_FOUND, `App '${String(request.appName)}' not found`);
+          const appId = `ap-${randomBytes(11).toString('hex')}`;
+          this.apps.set(key, appId);
+          this.appEnvironments.set(appId, environment);
         }
-        return { appId: this.apps.get(name)! };
+        return { appId: this.apps.get(key)! };
       }),
       EnvironmentGetOrCreate: handle('EnvironmentGetOrCreate', (request) => ({
         environmentId: 'en-stand-in',
         metadata: { name: request.deploymentName || 'main', settings: { imageBuilderVersion: '2025.06' } },
       })),
+      EnvironmentList: handle('EnvironmentList', () => ({
+        items: [...this.environments].map((name) => ({
+          name,
+          environmentId: `en-${name}`,
+          default: name === DEFAULT_ENVIRONMENT,
+        })),
+      })),
+      SecretGetOrCreate: handle('SecretGetOrCreate', (request) => {
+        if (request.objectCreationType !== 5)
+          throw grpcError(status.UNIMPLEMENTED, 'only ephemeral secrets (stand-in)');
+        const secretId = `st-${randomBytes(11).toString('hex')}`;
+        const env = Object.entries(request.envDict as Record<string, string>).map(([key, value]) => `${key}=${value}`);
+        this.secrets.set(secretId, env);
+        return { secretId };
+      }),
       ImageGetOrCreate: handle('ImageGetOrCreate', (request) => this.imageStore.getOrCreate(request)),
       ImageJoinStreaming: async (call: ServerWritableStream<Message, Message>) => {
         this.count('ImageJoinStreaming');
@@ -174,20 +239,22 @@ export class ModalStandIn implements CloudStandIn {
         return {};
       }),
       SandboxCreateV2: handle('SandboxCreateV2', async (request) => {
-        if (this.quotaFailures > 0) {
-          this.quotaFailures--;
-          throw grpcError(status.RESOURCE_EXHAUSTED, MODAL_QUOTA_MESSAGE);
-        }
-        const record = await this.boxes.create(request);
+        const record = await this.createSandbox(request, 'V2');
         return {
           sandboxId: record.id,
           taskId: record.taskId,
           commandRouterAccess: { jwt: jwt(), url: `https://127.0.0.1:${this.port}` },
         };
       }),
-      SandboxGetTaskIdV2: handle('SandboxGetTaskIdV2', (request) => {
-        const record = this.boxes.get(request.sandboxId as string);
-        return record.result ? { taskResult: record.result } : { taskId: record.taskId };
+      // The V1 path, which the SDK takes for GPU sandboxes: create, then poll SandboxGetTaskId until scheduled.
+      SandboxCreate: handle('SandboxCreate', async (request) => ({
+        sandboxId: (await this.createSandbox(request, 'V1')).id,
+      })),
+      SandboxGetTaskId: handle('SandboxGetTaskId', (request) => this.taskOf(request.sandboxId as string)),
+      SandboxGetTaskIdV2: handle('SandboxGetTaskIdV2', (request) => this.taskOf(request.sandboxId as string)),
+      TaskGetCommandRouterAccess: handle('TaskGetCommandRouterAccess', (request) => {
+        this.boxes.byTask(request.taskId as string);
+        return { jwt: jwt(), url: `https://127.0.0.1:${this.port}` };
       }),
       SandboxGetCommandRouterAccess: handle('SandboxGetCommandRouterAccess', (request) => {
         this.boxes.get(request.sandboxId as string);
@@ -195,12 +262,24 @@ export class ModalStandIn implements CloudStandIn {
       }),
       SandboxListV2: handle('SandboxListV2', (request) => ({ sandboxes: this.boxes.list(request).slice(0, 100) })),
       SandboxTerminateV2: handle('SandboxTerminateV2', (request) => this.boxes.terminate(request.sandboxId as string)),
+      SandboxTerminate: handle('SandboxTerminate', (request) => this.boxes.terminate(request.sandboxId as string)),
       SandboxWaitV2: handle('SandboxWaitV2', (request) =>
+        this.boxes.wait(request.sandboxId as string, Number(request.timeout) || 0)
+      ),
+      SandboxWait: handle('SandboxWait', (request) =>
         this.boxes.wait(request.sandboxId as string, Number(request.timeout) || 0)
       ),
       SandboxTagsGetV2: handle('SandboxTagsGetV2', (request) => ({
         tags: this.boxes.get(request.sandboxId as string).tags,
       })),
+      SandboxTagsGet: handle('SandboxTagsGet', (request) => ({
+        tags: this.boxes.get(request.sandboxId as string).tags,
+      })),
+      SandboxTagsSet: handle('SandboxTagsSet', (request) => {
+        checkTags(request.tags as Message[]);
+        this.boxes.get(request.sandboxId as string).tags = request.tags as Message[];
+        return {};
+      }),
     };
   }
 

@@ -11,7 +11,9 @@ const PROTO = `
 syntax = "proto3";
 package modal.client;
 
-enum ObjectCreationType { OBJECT_CREATION_TYPE_UNSPECIFIED = 0; OBJECT_CREATION_TYPE_CREATE_IF_MISSING = 1; }
+enum ObjectCreationType {
+  OBJECT_CREATION_TYPE_UNSPECIFIED = 0; OBJECT_CREATION_TYPE_CREATE_IF_MISSING = 1; OBJECT_CREATION_TYPE_EPHEMERAL = 5;
+}
 message Empty {}
 message StringMap { map<string, string> contents = 1; }
 message SecretSource { string secret_id = 1; StringMap env = 2; }
@@ -32,6 +34,10 @@ message EnvironmentGetOrCreateRequest { string deployment_name = 1; ObjectCreati
 message EnvironmentSettings { string image_builder_version = 1; string webhook_suffix = 2; }
 message EnvironmentMetadata { string name = 1; EnvironmentSettings settings = 2; }
 message EnvironmentGetOrCreateResponse { string environment_id = 1; EnvironmentMetadata metadata = 2; }
+message EnvironmentListItem { string name = 1; double created_at = 3; bool default = 4; string environment_id = 6; }
+message EnvironmentListResponse { repeated EnvironmentListItem items = 2; }
+message SecretGetOrCreateRequest { string environment_name = 3; ObjectCreationType object_creation_type = 4; map<string, string> env_dict = 5; string app_id = 6; }
+message SecretGetOrCreateResponse { string secret_id = 1; }
 message BaseImage { string image_id = 1; string docker_tag = 2; }
 message GPUConfig { uint32 count = 2; string gpu_type = 4; }
 message Image { repeated BaseImage base_images = 5; repeated string dockerfile_commands = 6; GPUConfig gpu_config = 16; }
@@ -58,6 +64,7 @@ message SchedulerPlacement { repeated string regions = 4; }
 message Sandbox {
   repeated string entrypoint_args = 1;
   string image_id = 3;
+  repeated string secret_ids = 4;
   Resources resources = 5;
   uint32 timeout_secs = 7;
   optional string workdir = 8;
@@ -81,6 +88,11 @@ message SandboxTerminateRequest { string sandbox_id = 1; }
 message SandboxTerminateResponse { GenericResult existing_result = 1; }
 message SandboxWaitRequest { string sandbox_id = 1; float timeout = 2; }
 message SandboxWaitResponse { GenericResult result = 1; }
+message SandboxCreateRequest { string app_id = 1; Sandbox definition = 2; string environment_name = 3; repeated SandboxTag tags = 4; }
+message SandboxCreateResponse { string sandbox_id = 1; }
+message TaskGetCommandRouterAccessRequest { string task_id = 1; }
+message TaskGetCommandRouterAccessResponse { string jwt = 1; string url = 2; }
+message SandboxTagsSetRequest { string environment_name = 1; string sandbox_id = 2; repeated SandboxTag tags = 3; }
 message SandboxTagsGetRequest { string sandbox_id = 1; }
 message SandboxTagsGetResponse { repeated SandboxTag tags = 1; }
 
@@ -101,6 +113,15 @@ service ModalClient {
   rpc SandboxTerminateV2(SandboxTerminateRequest) returns (SandboxTerminateResponse);
   rpc SandboxWaitV2(SandboxWaitRequest) returns (SandboxWaitResponse);
   rpc SandboxTagsGetV2(SandboxTagsGetRequest) returns (SandboxTagsGetResponse);
+  rpc EnvironmentList(Empty) returns (EnvironmentListResponse);
+  rpc SecretGetOrCreate(SecretGetOrCreateRequest) returns (SecretGetOrCreateResponse);
+  rpc SandboxCreate(SandboxCreateRequest) returns (SandboxCreateResponse);
+  rpc SandboxGetTaskId(SandboxGetTaskIdRequest) returns (SandboxGetTaskIdResponse);
+  rpc TaskGetCommandRouterAccess(TaskGetCommandRouterAccessRequest) returns (TaskGetCommandRouterAccessResponse);
+  rpc SandboxWait(SandboxWaitRequest) returns (SandboxWaitResponse);
+  rpc SandboxTerminate(SandboxTerminateRequest) returns (SandboxTerminateResponse);
+  rpc SandboxTagsGet(SandboxTagsGetRequest) returns (SandboxTagsGetResponse);
+  rpc SandboxTagsSet(SandboxTagsSetRequest) returns (Empty);
 }
 `;
 

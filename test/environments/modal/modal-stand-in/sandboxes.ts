@@ -11,6 +11,8 @@ import type { StandInImages } from './images';
 import type { Message } from './proto';
 import { grpcError } from './proto';
 
+/** The Environment every workspace has (`modal environment list`: "main", the default). */
+export const DEFAULT_ENVIRONMENT = 'main';
 const TERMINATED = 3;
 const TIMEOUT = 4;
 /** What a sandbox without a command runs: it stays up until its timeout or terminate. */
@@ -18,6 +20,8 @@ const IDLE = ['sleep', 'infinity'];
 
 export interface SandboxRecord {
   id: string;
+  /** The Modal Environment of its App (SandboxListV2 without an App lists one Environment). */
+  environment: string;
   taskId: string;
   appId: string;
   containerId: string;
@@ -25,6 +29,12 @@ export interface SandboxRecord {
   createdAt: number;
   result: Message | null;
   timer: NodeJS.Timeout;
+}
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+function base62(length: number): string {
+  return [...randomBytes(length)].map((byte) => BASE62[byte % 62]).join('');
 }
 
 /** BLOCKED, or an allowlist without entries: no way out (the stand-in keeps no finer policy). */
@@ -43,12 +53,20 @@ export class StandInSandboxes {
     private readonly label: Record<string, string>
   ) {}
 
-  async create(request: Message): Promise<SandboxRecord> {
+  /**
+   * A sandbox of SandboxCreateV2 (env in secret_sources) or of the V1 SandboxCreate, GPU sandboxes' path (env in the
+   * ephemeral secrets named by secret_ids, given here as `secretEnv`). V1 ids are `sb-` and 22 base62 characters,
+   * V2's anything else: the SDK tells them apart by that shape (`isV1SandboxId` in the `modal` JS SDK).
+   */
+  async create(
+    request: Message,
+    how: { version: 'V1' | 'V2'; environment: string; secretEnv?: string[] }
+  ): Promise<SandboxRecord> {
     const definition = request.definition as Message;
     const tag = this.images.localTag(definition.imageId as string);
     if (!tag) throw grpcError(5, `Image ${String(definition.imageId)} not found`);
     const resources = (definition.resources as Message | undefined) ?? {};
-    const env: string[] = [];
+    const env: string[] = [...(how.secretEnv ?? [])];
     for (const source of (request.secretSources as Message[] | undefined) ?? []) {
       const contents = ((source.env as Message | undefined)?.contents as Record<string, string>) ?? {};
       env.push(...Object.entries(contents).map(([key, value]) => `${key}=${value}`));
@@ -74,10 +92,11 @@ export class StandInSandboxes {
     if (blocked) await this.docker.getNetwork('bridge').disconnect({ Container: container.id, Force: true });
     // Listing pages by creation time: every sandbox gets its own.
     this.lastCreatedAt = Math.max(Date.now() / 1000, this.lastCreatedAt + 0.001);
-    const id = `sb-${randomBytes(12).toString('hex')}`;
+    const id = how.version === 'V1' ? `sb-${base62(22)}` : `sb-${randomBytes(12).toString('hex')}`;
     const timeoutSecs = Number(definition.timeoutSecs) || 300;
     const record: SandboxRecord = {
       id,
+      environment: how.environment,
       taskId: `ta-${randomBytes(12).toString('hex')}`,
       appId: request.appId as string,
       containerId: container.id,
@@ -102,13 +121,17 @@ export class StandInSandboxes {
     throw grpcError(5, `Task ${taskId} not found`);
   }
 
-  /** SandboxListV2: running sandboxes of the app (or all) that carry every tag asked, newest first, paged by time. */
+  /**
+   * SandboxListV2: running sandboxes (V1 and V2) of the App, or else of the Environment named (the default one when
+   * none is), that carry every tag asked, newest first, paged by time.
+   */
   list(request: Message): Message[] {
+    const environment = (request.environmentName as string) || DEFAULT_ENVIRONMENT;
     const wanted = request.tags as Message[];
     const before = Number(request.beforeTimestamp) || Infinity;
     return [...this.byId.values()]
       .filter((record) => !record.result || request.includeFinished)
-      .filter((record) => !request.appId || record.appId === request.appId)
+      .filter((record) => (request.appId ? record.appId === request.appId : record.environment === environment))
       .filter((record) => record.createdAt < before)
       .filter((record) =>
         wanted.every((tag) => record.tags.some((t) => t.tagName === tag.tagName && t.tagValue === tag.tagValue))
