@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- cloud [vendor] [trials]`: a cloud provider on its stand-in (test/support/<vendor>-stand-in.ts,
+ * `npm run bench -- cloud [vendor] [trials]`: a cloud provider on its stand-in (test/environments/<vendor>/<vendor>-stand-in.ts,
  * NOT the vendor), Rollout against the floor, the vendor's own calls a trial needs (create a sandbox from the trial's
  * image, run the solution, run the tests, delete it) through its unmodified SDK (Fly: its Machines REST API), with
  * nothing of Rollout's around them:

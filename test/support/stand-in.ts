@@ -1,14 +1,15 @@
 /**
- * `npm run stand-in -- <modal|daytona|e2b|fly> [--faults rate=0.2] [--latency <ms>]`: starts one vendor's stand-in (test/support/<vendor>-stand-in.ts),
+ * `npm run stand-in -- <modal|daytona|e2b|fly> [--faults rate=0.2] [--latency <ms>]`: starts one vendor's stand-in
+ * (test/environments/<vendor>/<vendor>-stand-in.ts),
  * prints `export NAME=value` lines that point the vendor's SDK and Rollout's credentials check at it (eval them, or
  * paste them, in the shell that runs `rollout`), and runs until stopped: SIGINT or SIGTERM removes its sandboxes
  * (containers) and images. Not the vendor: see docs/environments.md.
  */
 import type { CloudStandIn, CloudVendor } from './cloud-stand-in';
-import { startDaytonaStandIn } from './daytona-stand-in';
-import { startE2BStandIn } from './e2b-stand-in';
-import { startFlyStandIn } from './fly-stand-in';
-import { startModalStandIn } from './modal-stand-in';
+import { startDaytonaStandIn } from '../environments/daytona/daytona-stand-in';
+import { startE2BStandIn } from '../environments/e2b/e2b-stand-in';
+import { startFlyStandIn } from '../environments/fly/fly-stand-in';
+import { startModalStandIn } from '../environments/modal/modal-stand-in';
 import { delayedEnv } from './latency-proxy';
 import { parseFaults } from './stand-in-faults';
 
