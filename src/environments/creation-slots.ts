@@ -1,6 +1,6 @@
 /**
  * The schedule of a deployment's sandbox creations on one provider (job.yaml `environment.creates_per_second`): each
- * creation gets a time slot, slots evenly spaced by the pace (5% wider, so the timers' jitter cannot fit one more into
+ * creation gets a time slot, slots evenly spaced by the pace (10% wider, so the timers' jitter cannot fit one more into
  * a second), so the vendor sees a steady stream, never a burst, however many workers create. Pure: the creation pacer
  * workflow (one per deployment, provider and pace) hands slots out from it.
  */
@@ -18,7 +18,7 @@ export interface SlotGrant {
   grantedAt: number;
 }
 
-const SPACING_MARGIN = 1.05;
+const SPACING_MARGIN = 1.1;
 const MAX_LEAD_MS = 1_000;
 
 export function slotSpacingMs(perSecond: number): number {
