@@ -14,5 +14,4 @@ cloudSuite({
     : standInTarget(() => startModalStandIn()),
   credential: 'MODAL_TOKEN_ID',
   largeNotYet: "not yet run on Modal's stand-in (issue 29)",
-  faultsNotYet: "Modal's exec, file and listing calls do not wait on RESOURCE_EXHAUSTED yet (only sandbox creation)",
 });

@@ -9,6 +9,7 @@
 import { randomBytes } from 'node:crypto';
 
 import type { sendUnaryData, ServerUnaryCall, ServerWritableStream } from '@grpc/grpc-js';
+import type { Metadata } from '@grpc/grpc-js';
 import { Server, ServerCredentials, status } from '@grpc/grpc-js';
 import Docker from 'dockerode';
 
@@ -16,7 +17,7 @@ import type { CloudStandIn } from '../../support/cloud-stand-in';
 import { StandInExecs } from './modal-stand-in/execs';
 import { StandInImages } from './modal-stand-in/images';
 import type { Message } from './modal-stand-in/proto';
-import { grpcError, serviceDefinition } from './modal-stand-in/proto';
+import { grpcError, serviceDefinition, throttleError } from './modal-stand-in/proto';
 import { checkGpu, checkTags } from './modal-stand-in/rules';
 import { DEFAULT_ENVIRONMENT, StandInSandboxes } from './modal-stand-in/sandboxes';
 import { StandInFaults } from '../../support/stand-in-faults';
@@ -25,6 +26,8 @@ import { StandInFaults } from '../../support/stand-in-faults';
 export const MODAL_STAND_IN_LABEL = 'rollout.modal-stand-in';
 /** The reply Modal gives when a workspace is at its sandbox limit: gRPC RESOURCE_EXHAUSTED. */
 export const MODAL_QUOTA_MESSAGE = 'Workspace sandbox limit reached: too many concurrent Sandboxes (stand-in quota)';
+/** How long the stand-in's throttle reply asks the SDK to wait before calling again. */
+const THROTTLE_RETRY_AFTER_SECS = 0.2;
 /** The credentials the stand-in accepts (any non-empty pair: the SDK sends them on every call). */
 const TOKEN_ID = 'ak-stand-in';
 const TOKEN_SECRET = 'as-stand-in';
@@ -38,7 +41,8 @@ function unary(handler: Unary) {
       .then(() => handler(call.request, call))
       .then(
         (reply) => callback(null, reply),
-        (err: Error & { code?: number }) => callback({ code: err.code ?? status.INTERNAL, details: err.message })
+        (err: Error & { code?: number; metadata?: Metadata }) =>
+          callback({ code: err.code ?? status.INTERNAL, details: err.message, metadata: err.metadata })
       );
   };
 }
@@ -93,9 +97,21 @@ export class ModalStandIn implements CloudStandIn {
     this.faults.set(faults);
   }
 
-  /** A rate-limited call: Modal answers gRPC RESOURCE_EXHAUSTED (its wording is not published: docs/modal.md). */
+  /**
+   * A throttled control-plane call: RESOURCE_EXHAUSTED with Modal's retry policy (see throttleError), which the SDK
+   * waits out by itself; the wording and delay are the stand-in's (docs/modal.md, to confirm).
+   */
   private throttle(): void {
-    if (this.faults.hit()) throw grpcError(status.RESOURCE_EXHAUSTED, 'Rate limit exceeded (stand-in fault)');
+    if (this.faults.hit()) throw throttleError('Rate limit exceeded (stand-in fault)', THROTTLE_RETRY_AFTER_SECS);
+  }
+
+  /**
+   * A failed call of the task command router. The SDK's router client reads no retry policy: it calls again on the
+   * transient codes only (`RETRYABLE_GRPC_STATUS_CODES`: DEADLINE_EXCEEDED, UNAVAILABLE, CANCELLED, INTERNAL,
+   * UNKNOWN), so the stand-in's router faults are UNAVAILABLE; how Modal's router sheds load is to confirm.
+   */
+  private routerFault(): void {
+    if (this.faults.hit()) throw grpcError(status.UNAVAILABLE, 'Router unavailable (stand-in fault)');
   }
 
   async sandboxes(): Promise<string[]> {
@@ -290,7 +306,7 @@ export class ModalStandIn implements CloudStandIn {
         if (!call.metadata.get('authorization')[0]?.toString().startsWith('Bearer ')) {
           throw grpcError(status.UNAUTHENTICATED, 'missing the command router JWT');
         }
-        this.throttle();
+        this.routerFault();
         return handler(request, call);
       });
     const running = (taskId: string) => {

@@ -5,6 +5,7 @@
  * Served with @grpc/grpc-js through protobufjs, so the SDK's unmodified nice-grpc client talks to it as to Modal.
  */
 import type { ServiceDefinition } from '@grpc/grpc-js';
+import { Metadata } from '@grpc/grpc-js';
 import protobuf from 'protobufjs';
 
 const PROTO = `
@@ -88,6 +89,9 @@ message SandboxTerminateRequest { string sandbox_id = 1; }
 message SandboxTerminateResponse { GenericResult existing_result = 1; }
 message SandboxWaitRequest { string sandbox_id = 1; float timeout = 2; }
 message SandboxWaitResponse { GenericResult result = 1; }
+message RPCRetryPolicy { float retry_after_secs = 1; }
+message RPCAny { string type_url = 1; bytes value = 2; }
+message RPCStatus { int32 code = 1; string message = 2; repeated RPCAny details = 3; }
 message SandboxCreateRequest { string app_id = 1; Sandbox definition = 2; string environment_name = 3; repeated SandboxTag tags = 4; }
 message SandboxCreateResponse { string sandbox_id = 1; }
 message TaskGetCommandRouterAccessRequest { string task_id = 1; }
@@ -189,6 +193,32 @@ export function serviceDefinition(name: 'modal.client.ModalClient' | 'modal.task
     };
   }
   return definition as ServiceDefinition;
+}
+
+/**
+ * Modal's throttle reply: RESOURCE_EXHAUSTED whose `grpc-status-details-bin` trailer holds a google.rpc.Status with a
+ * `modal.client.RPCRetryPolicy` detail; the SDK's control-plane retry middleware then waits `retry_after_secs` and
+ * calls again by itself (`getServerRetryPolicy` and `retryMiddleware` in the `modal` JS SDK, up to
+ * MODAL_MAX_THROTTLE_WAIT).
+ */
+export function throttleError(details: string, retryAfterSecs: number): Error {
+  const policy = root.lookupType('modal.client.RPCRetryPolicy');
+  const statusType = root.lookupType('modal.client.RPCStatus');
+  const status = statusType.encode(
+    statusType.fromObject({
+      code: 8,
+      message: details,
+      details: [
+        {
+          typeUrl: 'type.googleapis.com/modal.client.RPCRetryPolicy',
+          value: policy.encode(policy.fromObject({ retryAfterSecs })).finish(),
+        },
+      ],
+    })
+  );
+  const metadata = new Metadata();
+  metadata.set('grpc-status-details-bin', Buffer.from(status.finish()));
+  return Object.assign(grpcError(8, details), { metadata });
 }
 
 /** A gRPC error of the given status code (grpc-js sends `code` and `details`). */
