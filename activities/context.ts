@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Context, ApplicationFailure, CancelledFailure } from '@temporalio/activity';
 
 import type { Environment } from '../src/contracts/environment';
+import type { SandboxCreation } from '../src/environments/sandbox-creation';
 import { phaseNetworks } from '../src/task/policy';
 import type { TaskConfig } from '../src/contracts/task-config';
 import type { EnvironmentHandle } from '../src/contracts/trial';
@@ -33,6 +34,8 @@ export interface ActivityDeps {
   caBundle: string | null;
   /** This worker's model gateway: built-in agents (and custom ones with `gateway: true`) reach models through it. */
   gateway: ModelGateway;
+  /** What each sandbox creation waits for: the deployment's pace and this worker's adaptive in-flight limit. */
+  creation: SandboxCreation;
   /** The jobs' policy versions, stamped on model calls (absent without a Temporal client: calls go unstamped). */
   policyVersions?: PolicyVersions;
 }

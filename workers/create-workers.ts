@@ -13,6 +13,8 @@ import { ModelGateway } from '../src/gateway/gateway';
 import { maxWaitMsFromEnv } from '../src/gateway/retry-wait';
 import { TemporalRateLimits } from '../src/temporal/rate-limits';
 import { TemporalConcurrencyShares } from '../src/temporal/concurrency-limits';
+import { TemporalCreationRate } from '../src/temporal/creation-rate';
+import { SandboxCreation } from '../src/environments/sandbox-creation';
 import type { RateLimitRule } from '../src/contracts/job-config';
 import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
@@ -106,6 +108,9 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
           }
         : {}),
     }),
+    creation: new SandboxCreation(
+      options.client ? new TemporalCreationRate(options.client, owner.deployment) : undefined
+    ),
     ...(options.client ? { policyVersions: new TemporalPolicyVersions(options.client) } : {}),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);

@@ -242,6 +242,8 @@ const commonEnvironmentKeys = (checks: JobConfigChecks) => ({
    * n_concurrent_trials: the job runs min(n_concurrent_trials, max_sandboxes) trials at a time.
    */
   max_sandboxes: z.number().int().positive().optional(),
+  /** Sandboxes created a second at most, by every worker together (default: src/environments/creation-rates.ts). */
+  creates_per_second: z.number().positive().max(10_000).optional(),
   /** The worker variables a task's `${VAR}`s may read (src/task/task-env.ts); none by default. */
   task_env_allow: z
     .array(

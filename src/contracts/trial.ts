@@ -101,6 +101,11 @@ export interface TrialSpec {
    * provider (src/contracts/provider.ts). Absent in specs planned before providers had settings of their own.
    */
   environmentSettings?: Record<string, unknown>;
+  /**
+   * Sandboxes of this provider the deployment creates a second at most (job.yaml `environment.creates_per_second`, else
+   * the vendor's documented limit: src/environments/creation-rates.ts); absent: creations are not paced.
+   */
+  createsPerSecond?: number;
   /** A multi-step task's steps (task.toml `[[steps]]`), run in order in one environment; absent for a single step. */
   multiStep?: MultiStepSpec;
 }

@@ -3,6 +3,7 @@ import path from 'node:path';
 
 import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/config';
 import { envReferences } from '../env-vars';
+import { creationPace } from '../environments/creation-rates';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement, providerSettings } from '../environments';
 import { importProvider } from '../environments/external';
@@ -115,6 +116,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
+            ...creationPace(job.environment.type, job.environment.creates_per_second),
             ...(job.environment.task_env_allow.length ? { taskEnvAllow: job.environment.task_env_allow } : {}),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
