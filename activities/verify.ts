@@ -262,7 +262,7 @@ async function resetVerifierLogs(
   /** The environment's killAllCommand, run first. */
   killFirst?: string
 ): Promise<void> {
-  const { logs, tests } = CONTAINER_PATHS;
+  const { logs, tests } = CONTAINER_SHELL_PATHS;
   const folders = withTests ? `"${logs}/verifier" "${tests}"` : `"${logs}/verifier"`;
   const reset = await environment.exec(handle, {
     // Emptied rather than replaced: a compose task may mount a volume there (HOST_VERIFIER_LOGS_PATH).
@@ -286,7 +286,7 @@ async function test(
   signal: AbortSignal,
   where: 'shared' | 'separate'
 ): Promise<Rewards> {
-  const { logs, tests } = CONTAINER_PATHS;
+  const { logs, tests } = CONTAINER_SHELL_PATHS;
   const marker = `rollout-reward-${randomBytes(8).toString('hex')}`;
   const inPhase = <T>(work: () => Promise<T>) =>
     where === 'shared' ? inPhaseNetwork(environment, handle, task.config, 'verifier', work) : work();
