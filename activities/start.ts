@@ -3,8 +3,8 @@ import path from 'node:path';
 import { loadAgentConfig } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import { caBundleStart } from '../src/environments/ca-trust';
-import type { Environment } from '../src/environments/environment';
-import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
+import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { sandboxStarted } from '../src/metrics/rollout-metrics';
 import {
@@ -15,7 +15,7 @@ import {
   UnsupportedNetworkError,
 } from '../src/task/policy';
 import { stepTaskConfig } from '../src/task/steps';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure } from './context';

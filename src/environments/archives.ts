@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import tarFs from 'tar-fs';
 import tarStream from 'tar-stream';
 
-import type { StartFile } from './environment';
+import type { StartFile } from '../contracts/environment';
 
 type TarPack = ReturnType<typeof tarFs.pack>;
 

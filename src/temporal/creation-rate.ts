@@ -15,7 +15,7 @@ import { creationSlotsUpdate } from '../../workflows/creation-pacer';
 import { slotSpacingMs } from '../environments/creation-slots';
 import type { CreationPace } from '../environments/sandbox-creation';
 import { limitKey } from './rate-limits';
-import { JOB_TASK_QUEUE } from './queues';
+import { JOB_TASK_QUEUE } from '../contracts/queues';
 
 /** Added to the slowest recent delivery of a grant, for the lead of the next ask. */
 const LEAD_MARGIN_MS = 25;

@@ -19,17 +19,11 @@ import { LABEL_COMPOSE_PROJECT } from '../../src/environments/docker/compose';
 import { refuseForeignSidecarTags } from '../../src/environments/docker/images';
 import { imageTag } from '../../src/environments/image-builder/builder';
 import { DockerEngine } from '../../src/environments/image-builder/engine';
-import {
-  LABEL_DEPLOYMENT,
-  LABEL_HOST,
-  LABEL_JOB,
-  LABEL_PART_OF,
-  LABEL_TRIAL,
-} from '../../src/environments/environment';
-import { TaskEnvironmentError } from '../../src/environments/environment';
+import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_PART_OF, LABEL_TRIAL } from '../../src/contracts/environment';
+import { TaskEnvironmentError } from '../../src/contracts/environment';
 import { environmentKey } from '../../src/environments/env-key';
 import type { TrialResult } from '../../src/results/trial-result';
-import { separateVerifierEnvironment, TaskConfigSchema } from '../../src/task/schema';
+import { separateVerifierEnvironment, TaskConfigSchema } from '../../src/contracts/task-config';
 import type { CliRun } from '../support/cli';
 import { runCli, writeOracleJob } from '../support/cli';
 import { containersOfJob, imagesOfJob, removeJobLeftovers } from '../support/docker';

@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { PAYLOAD_TEXT_MAX } from '../../src/errors';
+import { PAYLOAD_TEXT_MAX } from '../../src/contracts/errors';
 import type { JobResult } from '../../src/results/job-result';
 import type { TrialResult } from '../../src/results/trial-result';
 import type { CliRun } from '../support/cli';

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import type { TrialResult } from '../../src/results/trial-result';
-import { providerQueue } from '../../src/temporal/queues';
+import { providerQueue } from '../../src/contracts/queues';
 import { runCli, startCli } from '../support/cli';
 import type { E2BStandIn } from '../environments/e2b/e2b-stand-in';
 import { startE2BStandIn } from '../environments/e2b/e2b-stand-in';

@@ -16,7 +16,7 @@ import { after, before, describe, it } from 'node:test';
 
 import type { ResolvedJob } from '../../src/job/load';
 import { selectTasks } from '../../src/job/select';
-import type { RegistryDatasetConfig } from '../../src/job/schema';
+import type { RegistryDatasetConfig } from '../../src/contracts/job-config';
 import { cachedTaskDir } from '../../src/registry/git-cache';
 import type { TrialResult } from '../../src/results/trial-result';
 import { runCli, startCli } from '../support/cli';

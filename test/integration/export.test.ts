@@ -14,11 +14,11 @@ import { after, before, describe, it } from 'node:test';
 
 import { writeTrialResult } from '../../activities/results';
 import { ModelGateway } from '../../src/gateway/gateway';
-import type { GatewayAccess } from '../../src/gateway/upstreams';
+import type { GatewayAccess } from '../../src/contracts/agent';
 import { upstreamsFromEnv } from '../../src/gateway/upstreams';
 import type { TrialResult } from '../../src/results/trial-result';
 import { writeSignedJobFile } from '../../src/storage/job-folder';
-import type { TrialSpec } from '../../src/trial/types';
+import type { TrialSpec } from '../../src/contracts/trial';
 import { CLI, runCli, workspace } from '../support/cli';
 import { validateWithHarbor } from '../support/harbor';
 import type { ScriptedModelServer } from '../support/scripted-model-server';

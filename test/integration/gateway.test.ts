@@ -16,12 +16,12 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../../src/environments/docker';
-import { LABEL_JOB } from '../../src/environments/environment';
+import { LABEL_JOB } from '../../src/contracts/environment';
 import type { TrialSession } from '../../src/gateway/gateway';
 import { ModelGateway } from '../../src/gateway/gateway';
 import type { LlmCallRecord } from '../../src/gateway/records';
 import { readCallRecords } from '../../src/gateway/records';
-import type { GatewayAccess } from '../../src/gateway/upstreams';
+import type { GatewayAccess } from '../../src/contracts/agent';
 import { gatewayEnv, upstreamsFromEnv } from '../../src/gateway/upstreams';
 import { removeJobLeftovers } from '../support/docker';
 import type { Scenario, ScriptedModelServer } from '../support/scripted-model-server';

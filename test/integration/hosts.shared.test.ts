@@ -16,13 +16,13 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../../src/environments/docker';
-import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL, LABEL_WORKER } from '../../src/environments/environment';
+import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL, LABEL_WORKER } from '../../src/contracts/environment';
 import { jobFiles } from '../../src/results/files';
 import type { JobResult } from '../../src/results/job-result';
 import type { TrialResult } from '../../src/results/trial-result';
 import { deploymentId } from '../../src/temporal/deployment';
-import { hostQueue } from '../../src/temporal/queues';
-import type { TrialSpec } from '../../src/trial/types';
+import { hostQueue } from '../../src/contracts/queues';
+import type { TrialSpec } from '../../src/contracts/trial';
 import { leaseWorkerId } from '../../workers/host-lease';
 import { removeAbandonedEnvironments } from '../../workers/janitor';
 import { trialStateQuery } from '../../workflows/messages';

@@ -20,7 +20,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { CloudQuotaError, withQuotaBackoff } from '../../src/environments/cloud/quota';
 import { DEFAULT_CREATES_PER_SECOND, creationPace } from '../../src/environments/creation-rates';
 import { SandboxCreation } from '../../src/environments/sandbox-creation';
-import { JobConfigSchema } from '../../src/job/schema';
+import { JobConfigSchema } from '../../src/job/checks';
 import { TEST_ADDRESS, testTemporal } from '../support/temporal';
 
 const PER_SECOND = 8;

@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { JobConfigSchema } from '../../src/job/schema';
-import type { ServiceConfig } from '../../src/job/schema';
+import { JobConfigSchema } from '../../src/job/checks';
+import type { ServiceConfig } from '../../src/contracts/job-config';
 import { ServiceStartError, startServices } from '../../src/job/services';
 import { alive } from '../support/private-dockerd';
 import { waitFor } from '../support/wait';

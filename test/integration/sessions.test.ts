@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 
 import type { TrialResult } from '../../src/results/trial-result';
-import type { SessionRecord, SessionStep, StepOutcome } from '../../src/trial/session-types';
+import type { SessionRecord, SessionStep, StepOutcome } from '../../src/contracts/session';
 import { runCli } from '../support/cli';
 import { recordHistory } from '../support/histories';
 import { validateWithHarbor } from '../support/harbor';

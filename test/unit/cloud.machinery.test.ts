@@ -12,7 +12,7 @@ import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../../src/env
 import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/cloud/sandbox';
 import type { ResolvedJob } from '../../src/job/load';
 import type { JobPlan } from '../../src/job/plan';
-import { JobConfigSchema } from '../../src/job/schema';
+import { JobConfigSchema } from '../../src/job/checks';
 import { E2BSettingsSchema } from '../../src/environments/e2b/settings';
 import { flyGuestSize } from '../../src/environments/fly/guest';
 import { labelsOfModalTags, modalTags } from '../../src/environments/modal/tags';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
-import { InputError } from '../../src/errors';
+import { InputError } from '../../src/contracts/errors';
 import { loadJobFile } from '../../src/job/load';
 import { planJob } from '../../src/job/plan';
 

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import type { TrialSpec, TrialSummary } from '../../src/trial/types';
+import type { TrialSpec, TrialSummary } from '../../src/contracts/trial';
 import type { JobInput } from '../../workflows/job/state';
 import { JobState } from '../../workflows/job/state';
 

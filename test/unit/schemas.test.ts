@@ -6,14 +6,14 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { resolveEnv, MissingEnvironmentVariableError } from '../../src/env-vars';
-import { InputError } from '../../src/errors';
+import { InputError } from '../../src/contracts/errors';
 import { loadJobFile } from '../../src/job/load';
-import { parseBytes, parseCpus, parseQuantity } from '../../src/quantity';
+import { parseBytes, parseCpus, parseQuantity } from '../../src/contracts/quantity';
 import { addTrial, emptyStats, groupMetrics } from '../../src/results/job-stats';
 import { loadDataset, loadTask } from '../../src/task/load';
 import { readReward } from '../../src/trial/reward';
 import { retryWaitMs } from '../../src/trial/retry';
-import type { TrialSummary } from '../../src/trial/types';
+import type { TrialSummary } from '../../src/contracts/trial';
 
 async function taskDir(toml: string): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-task-'));

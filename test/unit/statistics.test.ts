@@ -15,7 +15,7 @@ import {
   passAtKByK,
   wilson,
 } from '../../src/results/statistics';
-import type { Rewards, TrialSummary } from '../../src/trial/types';
+import type { Rewards, TrialSummary } from '../../src/contracts/trial';
 
 function choose(n: number, k: number): number {
   let result = 1;

@@ -14,7 +14,7 @@ import {
   unenforcedTaskKeys,
   UnsupportedNetworkError,
 } from '../../src/task/policy';
-import { TaskConfigSchema } from '../../src/task/schema';
+import { TaskConfigSchema } from '../../src/contracts/task-config';
 
 /** Wrappers that do not change which keys a value has. */
 const WRAPPERS = new Set(['optional', 'default', 'prefault', 'nullable', 'pipe', 'transform']);

@@ -9,10 +9,10 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { loadTask } from '../../src/task/load';
-import { TaskConfigSchema } from '../../src/task/schema';
+import { TaskConfigSchema } from '../../src/contracts/task-config';
 import { stepTaskConfig, taskAtStep } from '../../src/task/steps';
 import { minRewardShortfall, multiStepRewards } from '../../src/trial/step-rewards';
-import type { Rewards } from '../../src/trial/types';
+import type { Rewards } from '../../src/contracts/trial';
 
 async function multiStepTask(toml: string, files: Record<string, string>): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-steps-'));

@@ -10,9 +10,9 @@ import type { Sandbox } from '@daytonaio/sdk';
 
 import { log } from '../../log';
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { KILL_ALL, envList, commandLine } from '../trial-container';
 import type { DaytonaClients } from './client';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedAt, rootRelative } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';

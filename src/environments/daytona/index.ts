@@ -6,8 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -22,8 +22,14 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
+} from '../../contracts/environment';
+import {
+  LABEL_DEPLOYMENT,
+  LABEL_ENV_KEY,
+  LABEL_ROLE,
+  LABEL_TRIAL,
+  TaskEnvironmentError,
+} from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { packedFiles } from '../archives';
 import { KILL_ALL } from '../trial-container';

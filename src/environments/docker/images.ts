@@ -5,8 +5,14 @@
 import { createHash } from 'node:crypto';
 
 import { hasDockerfileIn } from '../dockerfile';
-import type { InstallSnapshots } from '../environment';
-import { LABEL_AGENT, LABEL_JOB, LABEL_PART_OF, LABEL_SNAPSHOT_OF, TaskEnvironmentError } from '../environment';
+import type { InstallSnapshots } from '../../contracts/environment';
+import {
+  LABEL_AGENT,
+  LABEL_JOB,
+  LABEL_PART_OF,
+  LABEL_SNAPSHOT_OF,
+  TaskEnvironmentError,
+} from '../../contracts/environment';
 import type { BuildParts } from '../image-builder/builder';
 import { imageLabelsOf, imageTag, stepSignal } from '../image-builder/builder';
 import type { DockerEngine } from '../image-builder/engine';

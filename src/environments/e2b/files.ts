@@ -9,7 +9,7 @@ import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedAt } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';

@@ -4,7 +4,7 @@
  * docker_image as is), labelled with Rollout's metadata, and destroyed by Fly itself once its keep-alive ends: the
  * trial's whole budget, so a machine whose worker died cannot run for long. Any worker with the token reaches it.
  */
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { fittedGuest, wantedGuest } from '../cloud/guest-size';
 import type {
@@ -18,8 +18,8 @@ import type {
   ProviderSettings,
   StartRequest,
   StartResult,
-} from '../environment';
-import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../../contracts/environment';
 import { packedFiles } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { ImageBuilder } from '../image-builder/builder';

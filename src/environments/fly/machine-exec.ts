@@ -14,10 +14,10 @@ import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedAt } from '../archives';
-import type { ExecRequest, ExecResult } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { ExecRequest, ExecResult } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
 import { commandLine } from '../trial-container';

@@ -11,9 +11,9 @@ import type { Exec, V1Status } from '@kubernetes/client-node';
 import tarFs from 'tar-fs';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';

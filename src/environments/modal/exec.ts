@@ -13,9 +13,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ContainerProcess, Sandbox } from 'modal';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedAt } from '../archives';
-import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../environment';
+import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';

@@ -7,8 +7,8 @@
 import type { Sandbox, SandboxCreateParams } from 'modal';
 
 import { shellQuote } from '../../shell';
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedFiles } from '../archives';
 import type {
   BuildRequest,
@@ -24,8 +24,8 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { KEEP_ALIVE, KILL_ALL } from '../trial-container';

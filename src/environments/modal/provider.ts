@@ -4,9 +4,9 @@
  */
 import path from 'node:path';
 
-import type { Problem } from '../../errors';
+import type { Problem } from '../../contracts/errors';
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider, RequirementTask } from '../provider';
+import type { EnvironmentProvider, RequirementTask } from '../../contracts/provider';
 import { checkModalCredentials } from './credentials';
 import type * as ModalModule from './index';
 import type { ModalSettings } from './settings';
@@ -38,7 +38,7 @@ export const modalProvider: EnvironmentProvider = {
   check: () => checkModalCredentials(),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { ModalEnvironment } = require('./index') as typeof ModalModule;
+    const { ModalEnvironment } = require('./') as typeof ModalModule;
     return new ModalEnvironment(owner);
   },
 };

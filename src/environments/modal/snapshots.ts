@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 
-import type { InstallSnapshots } from '../environment';
+import type { InstallSnapshots } from '../../contracts/environment';
 import type { ModalConnection } from './client';
 import { isGone } from './client';
 import { labelsOfModalTags } from './tags';

@@ -15,8 +15,8 @@ import Docker from 'dockerode';
 
 import { DockerEnvironment } from '../../../src/environments/docker';
 import { DEFAULT_DOCKERFILE_FRONTEND, frontendNeed } from '../../../src/environments/image-builder/dockerfile-frontend';
-import type { BuildRequest } from '../../../src/environments/environment';
-import { TaskEnvironmentError } from '../../../src/environments/environment';
+import type { BuildRequest } from '../../../src/contracts/environment';
+import { TaskEnvironmentError } from '../../../src/contracts/environment';
 import { environmentKey } from '../../../src/environments/env-key';
 import { TEST_HOST_ID } from '../../support/temporal';
 

@@ -17,7 +17,7 @@ import tarStream from 'tar-stream';
 
 import { DockerEnvironment } from '../../../src/environments/docker';
 import { environmentKey } from '../../../src/environments/env-key';
-import type { BuildRequest, StartRequest } from '../../../src/environments/environment';
+import type { BuildRequest, StartRequest } from '../../../src/contracts/environment';
 import {
   LABEL_ENV_KEY,
   LABEL_DEPLOYMENT,
@@ -26,9 +26,9 @@ import {
   LABEL_JOB,
   LABEL_TRIAL,
   TaskEnvironmentError,
-} from '../../../src/environments/environment';
+} from '../../../src/contracts/environment';
 import { CollectBudget, extractArchive } from '../../../src/environments/host-files';
-import type { EnvironmentHandle } from '../../../src/trial/types';
+import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { containersOfJob, removeJobLeftovers } from '../../support/docker';
 import { TEST_HOST_ID } from '../../support/temporal';
 

@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { stringify } from 'yaml';
 
-import { LABEL_JOB } from '../../../src/environments/environment';
+import { LABEL_JOB } from '../../../src/contracts/environment';
 import { GATEWAY_HOST_VARIABLE } from '../../../src/environments/kubernetes';
 import type { TrialResult } from '../../../src/results/trial-result';
 import type { CliRun } from '../../support/cli';

@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { stringify, parse } from 'yaml';
 
-import { LABEL_JOB } from '../../../src/environments/environment';
+import { LABEL_JOB } from '../../../src/contracts/environment';
 import type { TrialResult } from '../../../src/results/trial-result';
 import { runCli, startCli, workspace } from '../../support/cli';
 import type { KubernetesTarget } from './kubernetes-target';

@@ -14,10 +14,10 @@ import { after, before, describe, it } from 'node:test';
 
 import { KubeConfig } from '@kubernetes/client-node';
 
-import { TaskEnvironmentError } from '../../../src/environments/environment';
-import type { StartRequest } from '../../../src/environments/environment';
+import { TaskEnvironmentError } from '../../../src/contracts/environment';
+import type { StartRequest } from '../../../src/contracts/environment';
 import { KubernetesEnvironment, PodLostError } from '../../../src/environments/kubernetes';
-import type { EnvironmentHandle } from '../../../src/trial/types';
+import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { removeAbandonedEnvironments } from '../../../workers/janitor';
 import { startKubernetesStandIn } from './kubernetes-stand-in';
 import type { KubernetesTarget } from './kubernetes-target';

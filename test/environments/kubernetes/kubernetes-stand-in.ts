@@ -26,7 +26,7 @@ import Docker from 'dockerode';
 import { WebSocketServer } from 'ws';
 import type { WebSocket } from 'ws';
 
-import { apiQuantity } from '../../../src/quantity';
+import { apiQuantity } from '../../../src/contracts/quantity';
 
 /** On every container the stand-in runs: whose it is, so a test removes only its own. */
 export const STAND_IN_LABEL = 'rollout.k8s-stand-in';

@@ -13,9 +13,9 @@ import { after, before, describe, it } from 'node:test';
 
 import { environmentRequirement } from '../../../src/environments';
 import { LocalEnvironment, mapContainerPath } from '../../../src/environments/local';
-import { TaskConfigSchema } from '../../../src/task/schema';
-import type { StartRequest } from '../../../src/environments/environment';
-import type { EnvironmentHandle } from '../../../src/trial/types';
+import { TaskConfigSchema } from '../../../src/contracts/task-config';
+import type { StartRequest } from '../../../src/contracts/environment';
+import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { waitFor } from '../../support/wait';
 
 const environment = new LocalEnvironment({ hostId: 'test', deployment: 'local-test' });

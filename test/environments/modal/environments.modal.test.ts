@@ -14,12 +14,12 @@ import { after, before, describe, it } from 'node:test';
 import Docker from 'dockerode';
 import { ModalClient } from 'modal';
 
-import type { StartRequest } from '../../../src/environments/environment';
-import { TaskEnvironmentError } from '../../../src/environments/environment';
+import type { StartRequest } from '../../../src/contracts/environment';
+import { TaskEnvironmentError } from '../../../src/contracts/environment';
 import { ModalEnvironment } from '../../../src/environments/modal';
 import { modalProvider } from '../../../src/environments/modal/provider';
-import { ProviderConfigError } from '../../../src/environments/provider';
-import type { EnvironmentHandle } from '../../../src/trial/types';
+import { ProviderConfigError } from '../../../src/contracts/provider';
+import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { removeAbandonedEnvironments } from '../../../workers/janitor';
 import type { ModalStandIn } from './modal-stand-in';
 import { MODAL_QUOTA_MESSAGE, MODAL_STAND_IN_LABEL, startModalStandIn } from './modal-stand-in';
@@ -27,7 +27,7 @@ import { runCli } from '../../support/cli';
 import { REPO_ROOT, testTemporal } from '../../support/temporal';
 import { ModalSettingsSchema } from '../../../src/environments/modal/settings';
 import { environmentRequirement } from '../../../src/environments/index';
-import { TaskConfigSchema } from '../../../src/task/schema';
+import { TaskConfigSchema } from '../../../src/contracts/task-config';
 
 const run = randomBytes(3).toString('hex');
 const docker = new Docker();

@@ -7,8 +7,8 @@
  */
 import type { z } from 'zod';
 
-import type { Problem } from '../errors';
-import type { TaskConfig } from '../task/schema';
+import type { Problem } from './errors';
+import type { TaskConfig } from './task-config';
 import type { Environment, EnvironmentOwner, ProviderSettings } from './environment';
 
 /** What a provider can do. A task that needs what its provider lacks is refused before the job starts. */

@@ -1,5 +1,5 @@
 /** Task queue names. Pure: workflows and workers both use them. */
-import type { EnvironmentType } from '../job/schema';
+import type { EnvironmentType } from './job-config';
 
 /** Job and Trial workflows, and the job's own activities (plan pages, job result). */
 export const JOB_TASK_QUEUE = 'rollout';

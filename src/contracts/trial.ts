@@ -2,12 +2,11 @@
  * The small, serialisable shapes that travel through Temporal: workflow inputs, activity inputs and outputs, and the
  * trial summary a Trial workflow returns. Pure types and constants only: workflows import this file.
  */
-import { UPSTREAM_ERROR_TYPES } from '../gateway/errors';
-import type { RateLimitRule } from '../gateway/rate-window';
-import type { RegistryTaskSource } from '../registry/schema';
-import type { TrialUsage } from '../results/usage';
-import type { TrialErrorType } from './errors';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, JOB_BUDGET_ERROR } from './errors';
+import { UPSTREAM_ERROR_TYPES } from './trial-errors';
+import type { RateLimitRule } from './job-config';
+import type { RegistryTaskSource } from './registry';
+import type { TrialErrorType } from './trial-errors';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, JOB_BUDGET_ERROR } from './trial-errors';
 
 /** A multi-step task's `min_reward`: one number for the primary reward, or a minimum per reward key. */
 export type MinReward = number | Record<string, number>;
@@ -99,7 +98,7 @@ export interface TrialSpec {
   agentWithoutInstall?: AgentInfo;
   /**
    * The provider's own job.yaml `environment:` keys, as its settings schema parsed them: opaque here, read only by the
-   * provider (src/environments/provider.ts). Absent in specs planned before providers had settings of their own.
+   * provider (src/contracts/provider.ts). Absent in specs planned before providers had settings of their own.
    */
   environmentSettings?: Record<string, unknown>;
   /**
@@ -145,8 +144,8 @@ export interface RetryPolicy {
 }
 
 // The error kinds live in ./errors (a leaf the job schema reads too); re-exported for the shapes that name them.
-export { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES } from './errors';
-export type { TaskErrorType, TrialErrorType } from './errors';
+export { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES } from './trial-errors';
+export type { TaskErrorType, TrialErrorType } from './trial-errors';
 
 export interface TrialError {
   type: TrialErrorType;
@@ -227,4 +226,19 @@ export function isScored(errorType: string | null | undefined): boolean {
 export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {
   if (!summary.error) return 'completed';
   return summary.error.type === CANCELLED_ERROR ? 'cancelled' : 'errored';
+}
+
+/** What a trial's model calls used and cost, from the gateway's records. */
+export interface TrialUsage {
+  n_llm_calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  cost_usd: number | null;
+  /** Why cost_usd is null. */
+  cost_unknown_reason?: string;
+  /** Calls the gateway sent upstream more than once (a 429, 503, 529 or a connection error retried); absent before. */
+  n_retried_calls?: number;
+  /** Milliseconds calls waited at the gateway: shared rate limits, a concurrency slot, retry backoff; absent before. */
+  waited_ms?: number;
 }

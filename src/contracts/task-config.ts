@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
-import { parseBytes, parseCpus } from '../quantity';
-import type { RegistryTaskSource } from '../registry/schema';
+import { parseBytes, parseCpus } from './quantity';
+import type { RegistryTaskSource } from './registry';
 
 /**
  * task.toml: the spec's format (version = "1.0", memory = "2G") and Harbor's newer one (schema_version = "1.4",
@@ -253,3 +253,6 @@ export interface TaskStep {
   /** The task's shared tests/ (when it exists), then the step's own (when it exists): copied to /tests in order. */
   testsDirs: string[];
 }
+
+/** Whether a phase may reach the network: Harbor's `public` and `no-network` (an allowlist is refused at start). */
+export type PhaseNetwork = 'public' | 'none';

@@ -1,5 +1,5 @@
 /** Shapes of a step-by-step session that travel through Temporal (pure types: workflows import this file). */
-import type { Rewards, TrialSpec } from './types';
+import type { Rewards, TrialSpec } from './trial';
 
 /** The agent name of a session's result.json: no agent of the job's ran, the session's client drove it. */
 export const SESSION_AGENT = 'session';

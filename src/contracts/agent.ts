@@ -2,10 +2,9 @@
  * The agent contract: what an agent is (install, execute) and what a run of one is given. A leaf: agents implement
  * it, the activities call it; `createAgent` (./create.ts) picks the implementation for a configuration.
  */
-import type { ExecResult, Environment } from '../environments/environment';
-import type { GatewayAccess } from '../gateway/upstreams';
-import type { Task } from '../task/schema';
-import type { EnvironmentHandle } from '../trial/types';
+import type { ExecResult, Environment } from './environment';
+import type { Task } from './task-config';
+import type { EnvironmentHandle } from './trial';
 
 /** Everything an agent step needs: where to run, what task, how long, and the resolved (secret) environment. */
 export interface AgentRun {
@@ -39,14 +38,6 @@ export interface Agent {
   execute(run: AgentRun): Promise<ExecResult>;
 }
 
-/** In-container paths. Commands fall back to them unless an environment maps them elsewhere (local). */
-export const CONTAINER_PATHS = {
-  logs: '${ROLLOUT_LOGS_DIR:-/logs}',
-  tests: '${ROLLOUT_TESTS_DIR:-/tests}',
-  oracle: '${ROLLOUT_ORACLE_DIR:-/oracle}',
-  agentScripts: '${ROLLOUT_AGENT_DIR:-/installed-agent}',
-} as const;
-
 /**
  * $ROLLOUT_TASK_INSTRUCTION is set only up to this size: Linux refuses a larger variable to any program (128 KiB
  * per variable), and Docker's API refuses large container configurations. Larger instructions are only in the file.
@@ -63,4 +54,12 @@ export class SolutionNotFoundError extends Error {
     super(`${solutionDir}/solve.sh: missing, so the oracle agent cannot run this task`);
     this.name = 'SolutionNotFoundError';
   }
+}
+
+/** What a trial's processes get to reach the model through the gateway. */
+export interface GatewayAccess {
+  /** Accepted by the gateway for this trial only, and only while its execute step runs. */
+  token: string;
+  /** Per vendor, in the vendor SDK's convention (OpenAI's ends in `/v1`), as seen from the trial's environment. */
+  baseUrls: Record<'openai' | 'anthropic' | 'gemini', string>;
 }

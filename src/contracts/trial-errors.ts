@@ -2,7 +2,27 @@
  * The kinds of error a trial can end with (a leaf: the job schema validates `retry` against them, the trial shapes
  * name them).
  */
-import { API_ERROR_TYPES } from '../gateway/errors';
+
+/** Model API failures seen at the gateway, as the typed trial errors they become when the agent then fails. */
+export const API_ERROR_TYPES = [
+  'ApiRateLimitError',
+  'AgentAuthenticationError',
+  'ContextWindowExceededError',
+  'ApiOverloadedError',
+  'ApiUnreachableError',
+] as const;
+export type ApiErrorType = (typeof API_ERROR_TYPES)[number];
+
+/**
+ * The failures of the model's API itself (not of what the agent asked): a trial ending in one is not scored and is
+ * retried like an infrastructure error. A context window overflow is the agent's doing and stays scored.
+ */
+export const UPSTREAM_ERROR_TYPES = [
+  'ApiUnreachableError',
+  'ApiOverloadedError',
+  'ApiRateLimitError',
+  'AgentAuthenticationError',
+] as const satisfies readonly ApiErrorType[];
 
 /**
  * Error types a trial can end with. Task-level ones are outcomes of the task or agent (retried only per job.yaml

@@ -4,9 +4,8 @@
  * Methods take serialisable handles so that any activity attempt, on any worker of the same host, can address an
  * environment started by an earlier one.
  */
-import type { PhaseNetwork } from '../task/policy';
-import type { EnvironmentHandle, TrialResources } from '../trial/types';
-import type { CollectBudget, FolderSelection } from './host-files';
+import type { PhaseNetwork } from './task-config';
+import type { CollectReport, EnvironmentHandle, TrialResources } from './trial';
 
 /**
  * Labels on every container and image Rollout creates: who owns it, so anything left behind can be found, and
@@ -335,4 +334,17 @@ export class TaskEnvironmentError extends Error {
     super(message);
     this.name = type;
   }
+}
+
+/** Only these folders of an archive are extracted; the others' bytes, up to maxSkippedBytes, are read past. */
+export interface FolderSelection {
+  folders: readonly string[];
+  maxSkippedBytes: number;
+}
+
+/** What collect may still copy to the host (src/environments/host-files.ts counts it): each entry is admitted or not. */
+export interface CollectBudget {
+  admit(name: string, size: number, kind?: 'file' | 'folder'): boolean;
+  readonly exhausted: boolean;
+  report(): CollectReport;
 }
