@@ -13,5 +13,4 @@ cloudSuite({
     ? realTarget({ app: process.env.ROLLOUT_TEST_MODAL_APP ?? 'rollout-test' })
     : standInTarget(() => startModalStandIn()),
   credential: 'MODAL_TOKEN_ID',
-  largeNotYet: "not yet run on Modal's stand-in (issue 29)",
 });

@@ -175,6 +175,13 @@ export class ModalStandIn implements CloudStandIn {
     return this.boxes.create(request, { version, environment, secretEnv });
   }
 
+  /** SandboxTagsSet(V2): the sandbox's tags replaced, within Modal's tag rule. */
+  private setTags(request: Message): Message {
+    checkTags(request.tags as Message[]);
+    this.boxes.get(request.sandboxId as string).tags = request.tags as Message[];
+    return {};
+  }
+
   /** SandboxGetTaskId(V2): the task of a running sandbox, or the result of one that has ended. */
   private taskOf(sandboxId: string): Message {
     const record = this.boxes.get(sandboxId);
@@ -291,11 +298,8 @@ export class ModalStandIn implements CloudStandIn {
       SandboxTagsGet: handle('SandboxTagsGet', (request) => ({
         tags: this.boxes.get(request.sandboxId as string).tags,
       })),
-      SandboxTagsSet: handle('SandboxTagsSet', (request) => {
-        checkTags(request.tags as Message[]);
-        this.boxes.get(request.sandboxId as string).tags = request.tags as Message[];
-        return {};
-      }),
+      SandboxTagsSet: handle('SandboxTagsSet', (request) => this.setTags(request)),
+      SandboxTagsSetV2: handle('SandboxTagsSetV2', (request) => this.setTags(request)),
     };
   }
 

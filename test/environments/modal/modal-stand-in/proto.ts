@@ -126,6 +126,7 @@ service ModalClient {
   rpc SandboxTerminate(SandboxTerminateRequest) returns (SandboxTerminateResponse);
   rpc SandboxTagsGet(SandboxTagsGetRequest) returns (SandboxTagsGetResponse);
   rpc SandboxTagsSet(SandboxTagsSetRequest) returns (Empty);
+  rpc SandboxTagsSetV2(SandboxTagsSetRequest) returns (Empty);
 }
 `;
 
