@@ -1,4 +1,5 @@
 import { installGate } from '../src/agents/install-gate';
+import { sandboxRemoved } from '../src/metrics/rollout-metrics';
 import type { TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating, log } from './context';
@@ -14,9 +15,10 @@ export interface CleanupInput {
 export function cleanupEnvironment(deps: ActivityDeps) {
   return async function cleanupEnvironment({ spec }: CleanupInput): Promise<void> {
     try {
-      const removed = await heartbeating(() =>
-        deps.environment(spec.environmentType).removeTrial(spec.trialId, spec.environmentSettings)
-      );
+      const environment = deps.environment(spec.environmentType);
+      const removed = await heartbeating(() => environment.removeTrial(spec.trialId, spec.environmentSettings));
+      // Counted here when its stop step did not remove it (it failed, or never ran); roaming ones count at stop only.
+      if (removed > 0) sandboxRemoved(spec.environmentType, spec.trialId, false);
       await log(spec, 'cleanup', `removed ${removed} environment(s)`);
     } finally {
       deps.slots.release(spec.trialId);

@@ -2,7 +2,7 @@
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 
-import { Context, ApplicationFailure } from '@temporalio/activity';
+import { Context, ApplicationFailure, CancelledFailure } from '@temporalio/activity';
 
 import type { Environment } from '../src/environments/environment';
 import { phaseNetworks } from '../src/task/policy';
@@ -87,6 +87,7 @@ export function cappingErrors<T extends Record<string, (...args: never[]) => Pro
       try {
         return await activity(...args);
       } catch (err) {
+        if (workerShuttingDown()) throw handedBack(err);
         if (err instanceof CloudQuotaError) throw capError(ApplicationFailure.nonRetryable(err.message, err.name));
         throw capError(err instanceof TaskEnvironmentError ? taskFailure(err.type, err.message) : err);
       }
@@ -94,6 +95,27 @@ export function cappingErrors<T extends Record<string, (...args: never[]) => Pro
   ]);
   return Object.fromEntries(capped) as T;
 }
+
+/** This worker stops (past its drain's grace period) and cancelled the activity under way. */
+function workerShuttingDown(): boolean {
+  const context = Context.current();
+  const reason: unknown = context.cancellationSignal.reason;
+  return (
+    context.cancellationDetails?.workerShutdown === true ||
+    (reason instanceof CancelledFailure && reason.message === 'WORKER_SHUTDOWN')
+  );
+}
+
+/**
+ * A step cut short by its worker's shutdown, as an infrastructure failure: the trial restarts on another worker.
+ * Thrown as it was (a cancellation), the trial's workflow would take it for the trial's own cancellation.
+ */
+function handedBack(err: unknown): ApplicationFailure {
+  const message = `worker stopped mid-step (handed back): ${capText(err instanceof Error ? err.message : String(err))}`;
+  return ApplicationFailure.retryable(message, WORKER_SHUTDOWN_ERROR);
+}
+
+const WORKER_SHUTDOWN_ERROR = 'WorkerShutdownError';
 
 function capError(err: unknown): unknown {
   for (let error = err; error instanceof Error; error = error.cause) {

@@ -44,7 +44,9 @@ function rlOptions(
     ...(initial !== undefined
       ? {
           policyVersion: () =>
-            policyVersions ? policyVersions.current(spec.jobWorkflowId, initial) : Promise.resolve(initial),
+            policyVersions && !spec.policyVersionFixed
+              ? policyVersions.current(spec.jobWorkflowId, initial)
+              : Promise.resolve(initial),
         }
       : {}),
   };

@@ -2,6 +2,8 @@
  * All activities, built over their dependencies. Workflows import only `type Activities` from here.
  * Lifecycle steps run on a host's own task queue; the rest on shared queues (see workers/).
  */
+import { measureStep } from '../src/metrics/rollout-metrics';
+import type { TrialSpec } from '../src/trial/types';
 import { buildEnvironment } from './build';
 import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';
@@ -34,14 +36,14 @@ export function createProviderActivities(deps: ActivityDeps) {
   return cappingErrors(
     scrubbingErrors({
       claimHost: heartbeatingActivity(claimHost(deps)),
-      buildEnvironment: buildEnvironment(deps),
-      startEnvironment: startEnvironment(deps),
-      installAgent: installAgent(deps),
-      executeAgent: executeAgent(deps),
-      runVerifier: runVerifier(deps),
-      collectLogs: collectLogs(deps),
-      stopEnvironment: stopEnvironment(deps),
-      cleanupEnvironment: cleanupEnvironment(deps),
+      buildEnvironment: measured('build', buildEnvironment(deps)),
+      startEnvironment: measured('start', startEnvironment(deps)),
+      installAgent: measured('install', installAgent(deps)),
+      executeAgent: measured('execute', executeAgent(deps)),
+      runVerifier: measured('verify', runVerifier(deps)),
+      collectLogs: measured('collect', collectLogs(deps)),
+      stopEnvironment: measured('stop', stopEnvironment(deps)),
+      cleanupEnvironment: measured('cleanup', cleanupEnvironment(deps)),
       removeImage: removeImage(deps),
       uploadTrial: heartbeatingActivity(uploadTrial),
       writeTrialResult: heartbeatingActivity(writeTrialResult),
@@ -52,6 +54,11 @@ export function createProviderActivities(deps: ActivityDeps) {
       writeSessionRecord,
     })
   );
+}
+
+/** A lifecycle step timed for the worker's metrics (src/metrics), by the trial's provider. */
+function measured<I extends { spec: TrialSpec }, O>(step: string, activity: (input: I) => Promise<O>) {
+  return (input: I): Promise<O> => measureStep(input.spec.environmentType, step, () => activity(input));
 }
 
 /**

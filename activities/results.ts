@@ -12,6 +12,7 @@ import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
 import type { TrialUsage } from '../src/results/usage';
 import { addCall, emptyUsage } from '../src/results/usage';
+import { trialFinished } from '../src/metrics/rollout-metrics';
 import { budgetResult, readLedger } from '../src/temporal/spend-ledger';
 import { buildTrajectory } from '../src/trajectory/atif';
 import { readJobJson, writeJobJson } from '../src/storage/job-folder';
@@ -71,6 +72,7 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
     if (trajectory) await writeJsonAtomic(path.join(agentDir, 'trajectory.json'), trajectory);
   }
   await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), { ...result, usage });
+  trialFinished(spec.environmentType, result.error?.type ?? null, result.restarts);
   // What this step wrote, then result.json: the trial's folder is complete in the store.
   if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, ['trial.log', 'agent/trajectory.json']);
   return { usage };

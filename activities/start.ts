@@ -6,6 +6,7 @@ import { caBundleStart } from '../src/environments/ca-trust';
 import type { Environment } from '../src/environments/environment';
 import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
+import { sandboxStarted } from '../src/metrics/rollout-metrics';
 import {
   phaseNetworks,
   taskUsers,
@@ -76,6 +77,7 @@ export function startEnvironment(deps: ActivityDeps) {
           timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
           signal,
         });
+        sandboxStarted(spec.environmentType, spec.trialId);
         for (const warning of result.warnings ?? []) await log(spec, 'start', `warning: ${warning}`);
         const check = task.config.environment.healthcheck;
         if (check) {

@@ -1,3 +1,4 @@
+import { sandboxRemoved } from '../src/metrics/rollout-metrics';
 import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
@@ -10,6 +11,8 @@ export interface StopInput {
 /** Step 7: stops the environment (after its logs were collected). */
 export function stopEnvironment(deps: ActivityDeps) {
   return async function stopEnvironment({ spec, handle }: StopInput): Promise<void> {
-    await heartbeating(() => deps.environment(spec.environmentType).stop(handle));
+    const environment = deps.environment(spec.environmentType);
+    await heartbeating(() => environment.stop(handle));
+    sandboxRemoved(spec.environmentType, spec.trialId, !environment.hostBound);
   };
 }

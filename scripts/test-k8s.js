@@ -12,7 +12,7 @@ const { readFileSync, readdirSync, readlinkSync } = require('node:fs');
 const path = require('node:path');
 
 const root = path.join(__dirname, '..');
-const TESTS = ['environments.kubernetes', 'e2e.kubernetes'];
+const TESTS = ['environments.kubernetes', 'e2e.kubernetes', 'deploy.kubernetes'];
 const SYSCTLS = ['vm/overcommit_memory', 'kernel/panic', 'kernel/panic_on_oops'];
 /** iptables rules a cluster would add: its bridge, its pod network, kube-proxy's and CNI's chains. */
 const CLUSTER_RULE = /rollout-k8s0|10\.244\.|KUBE-|CNI-/;

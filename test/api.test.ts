@@ -113,6 +113,12 @@ describe('library API', () => {
     const { dir: _dir, ...config } = await localJob(`api-cancel-${suffix}`, 3, 'sleep 30; echo ok > answer.txt');
     const job = await rollout.submitJob(config);
     for (let i = 0; i < 100 && (await job.progress()).running === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    // A trainer bumps the policy version mid-job (docs/rl.md): applied by the job, as `rollout ctl` would.
+    assert.equal((await job.setPolicyVersion(7)).policy_version, 7);
+    await assert.rejects(
+      job.setPolicyVersion(-1),
+      /setPolicyVersion: version: policy-version must be a whole number from 0, not -1/
+    );
     const final = await job.cancel();
     assert.equal(final.status, 'cancelled');
     assert.equal(final.completed, 0);

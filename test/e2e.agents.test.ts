@@ -107,6 +107,8 @@ const ALL_AGENTS: Record<
   'mistral-vibe': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
   hermes: { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
   'factory-droid': { turns: [{ shell: HELLO }, { say: 'done' }], env: openai },
+  // gptme's non-interactive mode ends on its complete tool.
+  gptme: { turns: [{ shell: HELLO }, { call: { name: 'complete', arguments: {} } }], env: openai },
 };
 /** ROLLOUT_TEST_AGENTS=cline,pi runs only those (while working on an agent); all by default. */
 const only = process.env.ROLLOUT_TEST_AGENTS?.split(',').filter(Boolean);

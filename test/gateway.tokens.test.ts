@@ -7,6 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtemp } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,11 +18,13 @@ import { ModelGateway } from '../src/gateway/gateway';
 import type { LlmCallRecord } from '../src/gateway/records';
 import { readCallRecords } from '../src/gateway/records';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
+import { PreflightError, probeUpstreams } from '../src/job/preflight';
 import type { TokenView } from '../src/export/token-view';
 import { TokenViewBuilder } from '../src/export/token-view';
 import type { Scenario, ScriptedModelServer } from './support/scripted-model-server';
 import { startScriptedModelServer } from './support/scripted-model-server';
 import { chatCompletionIds, chatPromptIds, tokenLogprob } from './support/vllm-tokens';
+import { tokenizeText } from './support/vllm-completions';
 
 // The assertions read vendor wire JSON by path.
 /* eslint-disable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument */
@@ -104,10 +108,10 @@ function tokenView(calls: LlmCallRecord[]): TokenView {
 }
 
 /** Every call's prompt is its segment so far plus what was inserted; logprobs align with the mask's 1s. */
-function assertExact(view: TokenView, calls: LlmCallRecord[]): void {
+function assertExact(view: TokenView, calls: LlmCallRecord[], logprobs = true): void {
   for (const segment of view.segments) {
     assert.equal(segment.response_ids.length, segment.loss_mask.length);
-    assert.equal(segment.logprobs!.length, segment.loss_mask.filter((m) => m === 1).length);
+    if (logprobs) assert.equal(segment.logprobs!.length, segment.loss_mask.filter((m) => m === 1).length);
     for (const [i, entry] of segment.calls.entries()) {
       const call = calls.find((c) => c.seq === entry.seq)!;
       // The segment up to this call's sampled tokens is exactly the prompt the server saw.
@@ -124,6 +128,34 @@ function assertExact(view: TokenView, calls: LlmCallRecord[]): void {
 }
 
 let gatewayUrl: Promise<string>;
+
+/** A POST through the gateway as an agent's SDK makes it: the JSON reply, or a stream's JSON events. */
+async function post(session: TrialSession, route: string, body: Json): Promise<Json[]> {
+  const access = session.accessAt(await gatewayUrl);
+  const res = await fetch(`${access.baseUrls.openai}${route}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${access.token}` },
+    body: JSON.stringify({ model: 'Qwen/Qwen3-8B', ...body }),
+  });
+  assert.equal(res.status, 200, await res.clone().text());
+  if (body.stream !== true) return [(await res.json()) as Json];
+  return (await res.text())
+    .split('\n\n')
+    .map((block) => block.replace(/^(event: .*\n)?data: /, ''))
+    .filter((data) => data.startsWith('{'))
+    .map((data) => JSON.parse(data) as Json);
+}
+
+/** Every key anywhere in a JSON value (to show a reply holds no token fields at any depth). */
+function keysOf(value: unknown, into = new Set<string>()): Set<string> {
+  if (Array.isArray(value)) for (const v of value) keysOf(v, into);
+  else if (value && typeof value === 'object')
+    for (const [k, v] of Object.entries(value)) {
+      if (v !== null && !(Array.isArray(v) && v.length === 0)) into.add(k);
+      keysOf(v, into);
+    }
+  return into;
+}
 
 describe('gateway: tokens, sampling, session id, replicas, policy version (scripted vLLM stand-in)', () => {
   let gateway: ModelGateway;
@@ -188,6 +220,83 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
           assert.ok(choice.logprobs === undefined || choice.logprobs === null);
         }
       }
+    });
+  }
+
+  for (const stream of [false, true]) {
+    it(`Completions (${stream ? 'SSE' : 'JSON'}): ids and logprobs recorded and stripped; a token-in loop is exact`, async () => {
+      const { session, upstream } = await open(`completions-${stream}`, { shaping: { tokens: true } });
+      const chatml =
+        '<|im_start|>system\nYou are a careful agent.<|im_end|>\n<|im_start|>user\nList the files.<|im_end|>\n<|im_start|>assistant\n';
+      // An agent that asks for nothing: the server is asked for ids and logprobs, the agent sees neither.
+      const plain = await post(session, '/completions', { prompt: chatml, stream });
+      assert.ok(!['token_ids', 'prompt_token_ids', 'token_logprobs'].some((k) => keysOf(plain).has(k)));
+      assert.equal((upstream.calls[0]!.requestBody as Json).return_token_ids, true);
+      assert.equal((upstream.calls[0]!.requestBody as Json).logprobs, 0);
+      // A token-in agent (it asks for ids itself; they reach it): each prompt is the previous prompt, the completion
+      // and the turn the environment inserted, as ids.
+      let prompt = tokenizeText(chatml);
+      for (let turn = 0; turn < 2; turn++) {
+        const events = await post(session, '/completions', { prompt, stream, return_token_ids: true });
+        const ids = events.flatMap((e) => (e.choices?.[0]?.token_ids ?? []) as number[]);
+        assert.ok(ids.length > 0);
+        assert.ok(!keysOf(events).has('token_logprobs'), 'logprobs the agent did not ask for are stripped');
+        prompt = [
+          ...prompt,
+          ...ids,
+          ...tokenizeText(`\n<|im_start|>user\noutput ${turn}<|im_end|>\n<|im_start|>assistant\n`),
+        ];
+      }
+      const calls = await records(session, 3);
+      assert.equal(calls.length, 3);
+      // Usage is asked for on every stream too (budgets count it).
+      const usage = stream ? ['stream_options.include_usage'] : [];
+      assert.deepEqual(calls[0]!.added, [...usage, 'return_token_ids', 'logprobs']);
+      assert.deepEqual(calls[1]!.added, [...usage, 'logprobs']);
+      for (const call of calls) {
+        assert.equal(call.dialect, 'openai-completions');
+        assert.equal(call.logprobs!.length, call.completion_token_ids!.length);
+        assert.deepEqual(call.logprobs, call.completion_token_ids!.map(tokenLogprob));
+      }
+      const view = tokenView(calls.slice(1));
+      assert.equal(view.segments.length, 1);
+      assertExact(view, calls.slice(1));
+    });
+
+    it(`Responses (${stream ? 'SSE' : 'JSON'}): vLLM's response messages and logprobs recorded, the agent's reply as without them`, async () => {
+      const { session, upstream } = await open(`responses-${stream}`, { shaping: { tokens: true } });
+      const tools = [{ type: 'function', name: 'bash', parameters: BASH.function.parameters }];
+      const input: Json[] = [{ type: 'message', role: 'user', content: 'List the files, then read a.txt.' }];
+      for (let turn = 0; turn < 3; turn++) {
+        const events = await post(session, '/responses', { instructions: 'Be careful.', input, tools, stream });
+        for (const key of ['input_messages', 'output_messages', 'logprobs']) assert.ok(!keysOf(events).has(key), key);
+        const response = stream ? events.find((e) => e.type === 'response.completed')!.response : events[0]!;
+        const output = response.output as Json[];
+        input.push(...output);
+        const call = output.find((item) => item.type === 'function_call');
+        if (!call) break;
+        input.push({ type: 'function_call_output', call_id: call.call_id, output: `output of turn ${turn}` });
+      }
+      for (const call of upstream.calls) {
+        assert.equal((call.requestBody as Json).enable_response_messages, true);
+        assert.deepEqual((call.requestBody as Json).include, ['message.output_text.logprobs']);
+      }
+      const calls = await records(session, 3);
+      assert.equal(calls.length, 3);
+      for (const call of calls) {
+        assert.equal(call.dialect, 'openai-responses');
+        assert.deepEqual(call.added, ['enable_response_messages', 'message.output_text.logprobs']);
+        assert.ok(call.prompt_token_ids!.length > 0 && call.completion_token_ids!.length > 0);
+      }
+      // vLLM gives logprobs on text only: the tool-call turns have ids without them, the final text turn has both.
+      assert.deepEqual(
+        calls.map((c) => c.logprobs?.length ?? 0),
+        [0, 0, calls[2]!.completion_token_ids!.length]
+      );
+      const view = tokenView(calls);
+      assert.equal(view.segments.length, 1);
+      assert.equal(view.segments[0]!.logprobs, null);
+      assertExact({ ...view, segments: view.segments.map((s) => ({ ...s, logprobs: [] })) }, calls, false);
     });
   }
 
@@ -294,5 +403,85 @@ describe('gateway: tokens, sampling, session id, replicas, policy version (scrip
       (await records(session, 2)).map((r) => r.policy_version),
       [3, 4]
     );
+  });
+
+  describe('an upstream that returns no token ids', () => {
+    // A stand-in for an OpenAI-compatible server without token ids (a hosted API, an old vLLM): plain Chat replies.
+    let plain: http.Server;
+    let plainUrl: string;
+    before(async () => {
+      plain = http.createServer((req, res) => {
+        req.resume();
+        res.setHeader('content-type', 'application/json');
+        if (req.method === 'GET') return res.end(JSON.stringify({ object: 'list', data: [{ id: 'plain-model' }] }));
+        const message = { role: 'assistant', content: 'ok' };
+        const usage = { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 };
+        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', choices: [{ index: 0, message }], usage }));
+      });
+      await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+      plainUrl = `http://127.0.0.1:${(plain.address() as AddressInfo).port}/v1`;
+    });
+    after(() => new Promise<void>((resolve) => plain.close(() => resolve())));
+
+    const check = (baseUrl: string, dialect = 'openai-chat') => ({
+      agent: 'mini-swe-agent',
+      vendor: 'openai' as const,
+      upstream: { baseUrl, apiKey: 'sk-real' },
+      tokens: { dialect, model: null },
+    });
+
+    it('preflight: one line naming the server and what it did not return (exit 3: PreflightError); vLLM passes', async () => {
+      const vllm = scripted.session('preflight-vllm', SCENARIO).openAiBaseUrl;
+      await probeUpstreams([check(vllm), check(vllm, 'openai-responses')]);
+      await assert.rejects(probeUpstreams([check(vllm), check(plainUrl)]), (err: Error) => {
+        assert.ok(err instanceof PreflightError);
+        assert.equal(err.message.split('\n').length, 1);
+        assert.match(
+          err.message,
+          new RegExp(
+            `^preflight: ${plainUrl} \\(agent mini-swe-agent, tokens: true\\) returns no token ids: POST /chat/completions with return_token_ids, logprobs returned no prompt ids and no completion ids; no trial was started`
+          )
+        );
+        return true;
+      });
+      await assert.rejects(
+        probeUpstreams([{ ...check(vllm, 'anthropic'), vendor: 'anthropic' }]),
+        /no supported server returns token ids on anthropic calls/
+      );
+    });
+
+    it('mid-job: a call that came back without ids is recorded as such, and the export splits there, never glues', async () => {
+      const vllm = scripted.session('mid-job', SCENARIO);
+      const session = await gateway.openTrial({
+        trialId: 'job/mid-job',
+        agentDir: path.join(agentDir, 'mid-job'),
+        upstreams: upstreamsFromEnv({ OPENAI_API_KEY: 'sk-real', OPENAI_BASE_URL: vllm.openAiBaseUrl }),
+        shaping: { tokens: true },
+        // The second call's replica list sends it to the plain server: a server swapped mid-job.
+      });
+      opened.push(session);
+      const messages = await agentLoop(session, false, 2);
+      // The same conversation, answered by a server without ids (as if a replica were swapped mid-job).
+      const swapped = await gateway.openTrial({
+        trialId: 'job/mid-job-plain',
+        agentDir: path.join(agentDir, 'mid-job'),
+        upstreams: upstreamsFromEnv({ OPENAI_API_KEY: 'sk-real', OPENAI_BASE_URL: plainUrl }),
+        shaping: { tokens: true },
+      });
+      opened.push(swapped);
+      await chat(swapped, { messages });
+      const calls = await records(session, 3);
+      assert.equal(calls.length, 3);
+      assert.equal(calls[2]!.tokens_missing, true);
+      assert.equal(calls[2]!.prompt_token_ids, undefined);
+      assert.ok(calls.slice(0, 2).every((c) => c.tokens_missing === undefined));
+      const view = tokenView(calls);
+      assert.equal(view.calls_without_tokens, 1);
+      assert.equal(view.segments.length, 1);
+      assert.deepEqual(
+        view.segments[0]!.calls.map((c) => c.seq),
+        [calls[0]!.seq, calls[1]!.seq]
+      );
+    });
   });
 });

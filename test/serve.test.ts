@@ -301,8 +301,11 @@ describe('rollout serve: remote rollouts', () => {
   it('names the task by the first user message with task_from: first_user_message', async () => {
     const second = await anotherServer('by-message', 'task_from: first_user_message');
     try {
+      const first = initBody('msg-1', 'not-a-task');
       const body = {
-        ...initBody('msg-1', 'not-a-task'),
+        ...first,
+        // The trainer's policy version for this rollout: stamped on its model calls (docs/rl.md).
+        metadata: { ...first.metadata, policy_version: 12 },
         messages: [
           { role: 'system', content: 'be brief' },
           { role: 'user', content: ' trivial\n' },
@@ -331,6 +334,15 @@ describe('rollout serve: remote rollouts', () => {
       assert.equal((await status()).body.reward, 1);
       const finished = (await (await second.request('/rollouts/msg-1')).json()) as { result: { task_name: string } };
       assert.equal(finished.result.task_name, 'trivial');
+      const calls = await readFile(
+        path.join(dir, 'jobs', `${serveName}-by-message`, 'rollout__msg-1', 'agent', 'llm-calls.jsonl'),
+        'utf8'
+      );
+      const versions = calls
+        .trim()
+        .split('\n')
+        .map((line) => (JSON.parse(line) as LlmCallRecord).policy_version);
+      assert.deepEqual(versions, [12]);
     } finally {
       await second.stop('SIGTERM');
     }

@@ -18,9 +18,10 @@ import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
-import { JOB_TASK_QUEUE, hostQueue, providerQueue } from '../src/temporal/queues';
+import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/temporal/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
 import { rolloutDataConverter } from '../src/temporal/payload-codec';
+import { bestEffort } from '../src/log';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
@@ -56,6 +57,12 @@ export interface WorkerSetOptions {
   slots?: CountingTrialSlots;
   /** The worker config's `rate_limits` (src/job/worker-config.ts), applied with each job's. */
   rateLimits?: RateLimitRule[];
+  /**
+   * How long steps on the shared provider queues may run on once this process stops (`rollout worker
+   * --shutdown-grace`): steps of environments any worker reaches (pods, cloud sandboxes) finish here meanwhile, and
+   * are handed back (cancelled, retried elsewhere) after it. Default 5 s.
+   */
+  shutdownGraceMs?: number;
   /** The workflow bundle (default: the host cache's, see workflow-bundle.ts; tests share one). */
   workflowBundle?: { code: string } | { codePath: string };
 }
@@ -63,6 +70,12 @@ export interface WorkerSetOptions {
 export function defaultHostId(): string {
   return process.env.ROLLOUT_HOST_ID ?? hostname();
 }
+
+/**
+ * How long in-flight steps on this host's own queue and local activities may run on once the workers stop: by then a
+ * draining worker has waited for its trials already (RunningWorkers.drain), so what is left is handed back.
+ */
+const HOST_QUEUE_GRACE_MS = 5_000;
 
 /**
  * The workers of one process: per environment type, one on the shared provider queue (claims) and one on this
@@ -108,7 +121,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     connection: options.connection,
     namespace: options.namespace,
     identity,
-    shutdownGraceTime: 5_000,
+    shutdownGraceTime: HOST_QUEUE_GRACE_MS,
     // Encrypts what the workers write (ROLLOUT_PAYLOAD_KEY); codecs run outside the workflow sandbox.
     dataConverter: rolloutDataConverter(),
   };
@@ -120,6 +133,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       // Reachable from any worker (pods, cloud sandboxes): every step is served on the shared queue too.
       Worker.create({
         ...common,
+        shutdownGraceTime: options.shutdownGraceMs ?? HOST_QUEUE_GRACE_MS,
         taskQueue: providerQueue(type),
         activities: hostBound ? { claimHost: activities.claimHost } : activities,
         maxConcurrentActivityTaskExecutions: hostBound ? Math.max(2, options.maxTrials) : options.maxTrials * 2 + 4,
@@ -175,9 +189,15 @@ export interface RunningWorkers {
   /**
    * Stops after the trials this process holds have ended. A CLI whose own job is done may still hold trials of other
    * jobs on the same server (its worker took them); leaving at once would strand them until their host counts as lost.
-   * Takes no new trials meanwhile; `onWait` hears how many it waits for, each time that changes.
+   * Takes no new trials meanwhile (claims are refused and the shared provider queues no longer polled); `onWait` hears
+   * how many it waits for, each time that changes. Past `deadline` (epoch ms) it stops anyway: the trials still held
+   * are handed back (their steps cancelled; each restarts on another worker). Resolves with how many were.
    */
-  drain(onWait: (trials: number) => void): Promise<void>;
+  drain(onWait: (trials: number) => void, deadline?: number): Promise<number>;
+  /** Whether it is draining (since drain() was called). */
+  draining(): boolean;
+  /** The state of each of its Temporal workers (RUNNING while polling). */
+  states(): string[];
 }
 
 const DRAIN_POLL_MS = 1_000;
@@ -227,12 +247,31 @@ export async function startWorkers(
     for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
     await done.catch(() => undefined);
   };
+  // Trials handed back restart elsewhere; their environments here are removed now (their own cleanup step waits for
+  // this host's queue until the host counts as lost, then reports it as a cleanup error).
+  const removeHandedBack = async (trialIds: string[]) => {
+    for (const type of options.environmentTypes) {
+      const environment = createEnvironment(type, owner);
+      if (!environment.hostBound) continue;
+      for (const trialId of trialIds) {
+        await bestEffort(`removing handed-back trial ${trialId}'s environment`, environment.removeTrial(trialId));
+      }
+    }
+  };
+  let draining = false;
   return {
     workerId: lease.workerId,
     done,
     stop,
-    async drain(onWait) {
+    draining: () => draining,
+    states: () => workers.map((worker) => worker.getState()),
+    async drain(onWait, deadline = Infinity) {
+      draining = true;
       let waitingFor = slots.close();
+      // Claims go to other workers at once; roaming steps under way here finish within their grace.
+      for (const worker of workers) {
+        if (isProviderQueue(worker.options.taskQueue) && worker.getState() === 'RUNNING') worker.shutdown();
+      }
       let stopped = false;
       done.then(
         () => (stopped = true),
@@ -242,11 +281,15 @@ export async function startWorkers(
       while (!stopped) {
         const running = await Promise.all(waitingFor.map((trialId) => trialRunning(options.client, trialId)));
         waitingFor = waitingFor.filter((_, index) => running[index]);
-        if (waitingFor.length === 0) break;
+        if (waitingFor.length === 0 || Date.now() >= deadline) break;
         if (waitingFor.length !== reported) onWait((reported = waitingFor.length));
-        await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.min(DRAIN_POLL_MS, Math.max(0, deadline - Date.now())))
+        );
       }
       await stop();
+      if (waitingFor.length > 0) await removeHandedBack(waitingFor);
+      return waitingFor.length;
     },
   };
 }

@@ -117,6 +117,7 @@ function installScript(definition: InstalledAgentDefinition, version: string, pr
     'mkdir -p "$prefix"'
   );
   if (source.registry === 'npm') {
+    const npmPackages = [`${source.package}@${version}`, ...(source.extraPackages ?? [])];
     lines.push(
       `if command -v node >/dev/null && command -v npm >/dev/null && node -e 'process.exit(+process.versions.node.split(".")[0] >= ${MIN_NODE_MAJOR} ? 0 : 1)'; then`,
       '  echo "rollout: using the image\'s Node $(node --version)"',
@@ -126,8 +127,8 @@ function installScript(definition: InstalledAgentDefinition, version: string, pr
       `  echo 'export PATH="${NODE_RUNTIME_DIR}/bin:$PATH"' > "$prefix/${RUN_ENV}"`,
       'fi',
       `. "$prefix/${RUN_ENV}"`,
-      `echo "rollout: npm install -g ${source.package}@${version}"`,
-      `npm install -g --prefix "$prefix" --no-fund --no-audit --loglevel=error ${[`${source.package}@${version}`, ...(source.extraPackages ?? [])].map(shellQuote).join(' ')}`,
+      `echo "rollout: npm install -g ${npmPackages.join(' ')}"`,
+      `npm install -g --prefix "$prefix" --no-fund --no-audit --loglevel=error ${npmPackages.map(shellQuote).join(' ')}`,
       `installed=$(node -p 'require(process.argv[1]).version' "$prefix/lib/node_modules/${source.package}/package.json")`
     );
   } else {

@@ -11,6 +11,7 @@ import continueCli from './continue-cli';
 import copilotCli from './copilot-cli';
 import factoryDroid from './factory-droid';
 import geminiCli from './gemini-cli';
+import gptme from './gptme';
 import grokCli from './grok-cli';
 import hermes from './hermes';
 import kilo from './kilo';
@@ -40,6 +41,7 @@ export const BUILTIN_AGENTS: readonly BuiltinAgentDefinition[] = [
   mistralVibe,
   hermes,
   factoryDroid,
+  gptme,
   terminus,
 ];
 

@@ -9,8 +9,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client, Connection, WorkflowHandle } from '@temporalio/client';
 
 import type { jobWorkflow, trialWorkflow } from '../../workflows';
-import type { JobProgress } from '../../workflows/messages';
-import { jobProgressQuery } from '../../workflows/messages';
+import type { JobControlState, JobProgress } from '../../workflows/messages';
+import { jobControlUpdate, jobProgressQuery } from '../../workflows/messages';
+import { jobControlProblem } from '../../workflows/job/control';
 import type { RunningWorkers } from '../../workers/create-workers';
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
 import { InputError } from '../errors';
@@ -233,6 +234,17 @@ export class JobRun {
       if (closed) return;
       await sleep(options.pollMs ?? POLL_MS);
     }
+  }
+
+  /**
+   * Stamps model calls that start from now on with policy version `version` (as `rollout ctl <job> policy-version N`;
+   * docs/rl.md): a trainer calls it after loading new weights. Resolves once the job applied it; its control state.
+   */
+  async setPolicyVersion(version: number): Promise<JobControlState> {
+    const control = { action: 'policy-version' as const, value: version };
+    const problem = jobControlProblem(control);
+    if (problem) throw new InputError([{ file: 'setPolicyVersion', field: 'version', message: problem }]);
+    return this.handle.executeUpdate(jobControlUpdate, { args: [control] });
   }
 
   /** Waits for the job to end; its result.json. */

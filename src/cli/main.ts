@@ -3,17 +3,11 @@ import path from 'node:path';
 
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
-import { defaultHostId, startWorkers } from '../../workers/create-workers';
-import type { CaTrustMode } from '../environments/ca-trust';
-import { CA_TRUST_MODES } from '../environments/ca-trust';
+import { defaultHostId } from '../../workers/create-workers';
 import { InputError } from '../errors';
-import type { LogLevel } from '../log';
-import { LOG_LEVELS, log } from '../log';
 import { ENVIRONMENT_TYPES } from '../job/schema';
-import { WORKER_CONFIG_ENV, loadWorkerConfig } from '../job/worker-config';
-import type { EnvironmentType } from '../job/schema';
 import { readRegistry, registrySource } from '../registry/load';
-import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
+import { connectClient, resolveTemporal } from '../temporal/connect';
 import { installQuietRuntime } from '../temporal/runtime';
 import { parseGateOptions } from './gate';
 import { renderAgentList } from './agents';
@@ -37,6 +31,7 @@ import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
 import { addCodecServerCommand } from './codec-server';
+import { addWorkerCommand } from './worker';
 
 /**
  * Exit codes: 0 job completed (whatever the rewards), 1 job did not complete, 2 invalid input, 3 infrastructure,
@@ -135,63 +130,7 @@ export function buildProgram(): Command {
 
   addInitCommand(program);
 
-  program
-    .command('worker')
-    .description('run workers only (on this or another host), taking trials of any job')
-    .addOption(
-      new Option('--env <type...>', 'environment types to serve').choices([...ENVIRONMENT_TYPES]).default(['docker'])
-    )
-    .option('--max-trials <n>', 'trials this worker may hold at once', positiveInt, 8)
-    .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
-    .option('--no-workflows', 'serve only activities, not Job/Trial workflows')
-    .option('--config <worker.yaml>', `this worker's settings: rate_limits (default: $${WORKER_CONFIG_ENV})`)
-    .addOption(
-      new Option('--log-level <level>', "this worker's and its workflows' log level")
-        .choices([...LOG_LEVELS])
-        .default('info')
-    )
-    .addOption(
-      new Option(
-        '--container-ca-trust <mode>',
-        "containers trust the host's CA certificates (auto: if it has extra CAs)"
-      )
-        .choices([...CA_TRUST_MODES])
-        .default('auto')
-    )
-    .action(
-      async (opts: {
-        env: EnvironmentType[];
-        maxTrials: number;
-        hostId: string;
-        workflows: boolean;
-        logLevel: LogLevel;
-        containerCaTrust: CaTrustMode;
-        config?: string;
-      }) => {
-        const config = await loadWorkerConfig(opts.config);
-        installQuietRuntime(opts.logLevel);
-        const endpoint = await resolveTemporal({ startDevServer: false });
-        const { connection, client } = await connectClient(endpoint);
-        await ensureSearchAttributes(connection, endpoint.namespace);
-        const workers = await startWorkers({
-          address: endpoint.address,
-          namespace: endpoint.namespace,
-          connectionOptions: endpoint.connection,
-          client,
-          hostId: opts.hostId,
-          environmentTypes: opts.env,
-          maxTrials: opts.maxTrials,
-          serveWorkflows: opts.workflows,
-          containerCaTrust: opts.containerCaTrust,
-          rateLimits: config.rate_limits,
-        });
-        log.info(
-          `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
-        );
-        await workers.done;
-        await connection.close();
-      }
-    );
+  addWorkerCommand(program);
 
   program
     .command('serve')

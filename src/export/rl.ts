@@ -51,6 +51,8 @@ export const rlRows: ExportFormat = async function* (trial) {
       ...(promptIds ? { prompt_token_ids: promptIds } : {}),
       ...(tokens?.token_ids ? { completion_token_ids: tokens.token_ids } : {}),
       ...(tokens?.logprobs ? { logprobs: tokens.logprobs } : {}),
+      // Asked for (job.yaml `tokens: true`) and not returned: the token view splits after it, never glues over it.
+      ...(record.tokens_missing ? { tokens_missing: true } : {}),
       error: record.error,
     };
     yield `${n++ ? ',' : ''}${JSON.stringify(call)}`;

@@ -34,6 +34,8 @@ export interface ShapedCall {
   body: Json;
   /** Request fields the gateway set that the agent had not: their reply fields are stripped again. */
   added: string[];
+  /** Token ids were asked for (job.yaml `tokens: true` on a dialect that has them). */
+  tokens: boolean;
   /** Sampling parameters the gateway set, with the agent's own value where it sent one (null: it sent none). */
   sampling: { enforced: Sampling; agent: Record<string, unknown> } | null;
 }
@@ -43,18 +45,13 @@ export interface ShapedCall {
  * (`shaping`, a trial's job.yaml settings); null when the call goes as the agent sent it.
  */
 export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping = {}): ShapedCall | null {
-  const tokens = shaping.tokens === true && dialect.tokenParams !== undefined;
+  const tokens = shaping.tokens === true && dialect.requestTokens !== undefined;
   const sampling = shaping.sampling && Object.keys(shaping.sampling).length > 0 ? shaping.sampling : null;
   const usage = dialect.askUsage?.(body) ?? null;
   if (!tokens && !sampling && !usage) return null;
   const shaped: Json = { ...(usage?.body ?? body) };
   const added: string[] = usage ? [usage.added] : [];
-  if (tokens) {
-    for (const [key, value] of Object.entries(dialect.tokenParams!)) {
-      if (shaped[key] !== value) added.push(key);
-      shaped[key] = value;
-    }
-  }
+  if (tokens) added.push(...dialect.requestTokens!(shaped));
   let record: ShapedCall['sampling'] = null;
   if (sampling) {
     const agent: Record<string, unknown> = {};
@@ -66,7 +63,7 @@ export function shapeCall(dialect: Dialect, body: Json, shaping: CallShaping = {
     }
     record = { enforced: { ...sampling }, agent };
   }
-  return { body: shaped, added, sampling: record };
+  return { body: shaped, added, tokens, sampling: record };
 }
 
 /**
@@ -89,6 +86,7 @@ export function trainingFields(
   return {
     ...(shaped?.added.length ? { added: shaped.added } : {}),
     ...(shaped?.sampling ? { sampling: shaped.sampling } : {}),
+    ...(shaped?.tokens && !(tokens?.prompt_token_ids && tokens.token_ids) ? { tokens_missing: true as const } : {}),
     ...(tokens?.prompt_token_ids ? { prompt_token_ids: tokens.prompt_token_ids } : {}),
     ...(tokens?.token_ids ? { completion_token_ids: tokens.token_ids } : {}),
     ...(tokens?.logprobs ? { logprobs: tokens.logprobs } : {}),

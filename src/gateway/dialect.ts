@@ -5,7 +5,7 @@
  */
 import type { SseEvent } from './sse';
 
-export type DialectName = 'openai-chat' | 'openai-responses' | 'anthropic' | 'gemini';
+export type DialectName = 'openai-chat' | 'openai-completions' | 'openai-responses' | 'anthropic' | 'gemini';
 /** Who serves a dialect: the upstream (base URL and key) is per vendor. */
 export type Vendor = 'openai' | 'anthropic' | 'gemini';
 
@@ -56,8 +56,11 @@ export interface Dialect {
   reply(response: unknown): Message | null;
   /** Token ids and logprobs of the call, when the server returned them (vLLM, SGLang). */
   tokens?(response: unknown): CallTokens | null;
-  /** The request parameters that make the upstream return token ids and logprobs (job.yaml `tokens: true`). */
-  tokenParams?: Json;
+  /**
+   * Sets on `body` (the gateway's copy) the parameters that make the upstream return token ids and logprobs (job.yaml
+   * `tokens: true`), and names those the agent had not asked for itself: their reply fields are stripped again.
+   */
+  requestTokens?(body: Json): string[];
   /**
    * The request with usage asked for on its stream (OpenAI Chat streams carry none unless asked), or null when it
    * needs nothing added (not a stream, or it asks already). The parameter's name goes in a call's `added`.
@@ -115,4 +118,20 @@ export function textOf(content: unknown): string {
     .map((part) => str(part.text ?? part.content))
     .filter(Boolean)
     .join('\n');
+}
+
+/** A list of token ids, or undefined when the value is not one. */
+export function idList(value: unknown): number[] | undefined {
+  return Array.isArray(value) && value.every((v) => typeof v === 'number') ? value : undefined;
+}
+
+/** Sets each parameter the body does not already have with that value; the names of those it set. */
+export function setParams(body: Json, params: Json): string[] {
+  const added: string[] = [];
+  for (const [key, value] of Object.entries(params)) {
+    if (body[key] === value) continue;
+    body[key] = value;
+    added.push(key);
+  }
+  return added;
 }

@@ -46,6 +46,8 @@ export interface LlmCallRecord {
   sampling?: { enforced: Record<string, number | string | boolean>; agent: Record<string, unknown> };
   /** With job.yaml `tokens: true`, as the server returned them: the prompt's token ids exactly as the model saw them. */
   prompt_token_ids?: number[];
+  /** job.yaml `tokens: true` asked the server for ids and the reply had none (an error, a server without them). */
+  tokens_missing?: true;
   /** The ids the model sampled for this call. */
   completion_token_ids?: number[];
   /** One logprob per sampled id (the sampling policy's). */

@@ -21,9 +21,11 @@ const GEMINI_VERSION = '/(?:v1|v1beta|v1alpha)';
 const GEMINI_MODEL = '(?:tunedModels|models)/[A-Za-z0-9._@-]+';
 
 const ROUTES: Record<Vendor, Route[]> = {
-  // Below `/openai/v1`: Chat Completions and Responses (codex), input-token counts, the model list.
+  // Below `/openai/v1`: Chat Completions, Completions (vLLM, SGLang) and Responses (codex), input-token counts, the
+  // model list.
   openai: [
     { method: 'POST', path: /^\/chat\/completions$/, kind: 'generate' },
+    { method: 'POST', path: /^\/completions$/, kind: 'generate' },
     { method: 'POST', path: /^\/responses$/, kind: 'generate' },
     { method: 'POST', path: /^\/responses\/input_tokens$/, kind: 'count_tokens' },
     { method: 'GET', path: /^\/models$/, kind: 'other' },

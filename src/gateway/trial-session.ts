@@ -25,6 +25,7 @@ import { LLM_CALLS_FILE } from './records';
 import { boundedRecordLine } from './record-bounds';
 import type { ReplicaPool } from './replicas';
 import { StickyReplica } from './replicas';
+import { gatewayCallEnded } from '../metrics/rollout-metrics';
 import type { Spend, TrialLimits } from './spend';
 import { addCallSpend, addSpend, copySpend, emptySpend, limitReached } from './spend';
 import type { GatewayAccess, Upstreams } from './upstreams';
@@ -229,6 +230,7 @@ export class TrialSession implements SpendSource {
 
   /** One call's record; its spend is its `charged` usage when it has one (no usage came back), else its usage. */
   record(call: LlmCallRecord): void {
+    if (call.kind === 'generate') gatewayCallEnded(call);
     if (call.kind === 'generate' && !call.refused) {
       // A failure of the API sets the trial's last failure, a success clears it; other errors (a 404, the agent
       // hanging up) leave it as it was.

@@ -11,6 +11,7 @@ import type { Problem } from '../errors';
 import { InputError } from '../errors';
 import type { Vendor } from '../gateway/dialect';
 import { probeUpstream } from '../gateway/probe';
+import { probeTokens } from '../gateway/probe-tokens';
 import type { Upstream } from '../gateway/upstreams';
 import { VENDOR_ENV, upstreamsFromEnv } from '../gateway/upstreams';
 import type { AgentConfig } from './schema';
@@ -34,6 +35,22 @@ export interface UpstreamCheck {
   agent: string;
   vendor: Vendor;
   upstream: Upstream;
+  /** job.yaml `tokens: true`: the dialect whose calls must come back with token ids, and the model to ask. */
+  tokens?: { dialect: string; model: string | null };
+}
+
+const DIALECT_OF: Record<WireApi, string> = {
+  'anthropic-messages': 'anthropic',
+  'openai-chat-completions': 'openai-chat',
+  'openai-responses': 'openai-responses',
+  gemini: 'gemini',
+};
+
+/** The dialect an agent's calls to `vendor` speak: its wire API's, or (custom agents) the vendor's usual one. */
+function dialectOf(config: AgentConfig, vendor: Vendor): string {
+  const builtin = catalogueAgent(config);
+  if (builtin) return DIALECT_OF[builtin.wireApi];
+  return vendor === 'openai' ? 'openai-chat' : vendor;
 }
 
 /** The upstreams an agent calls through the gateway: its wire API's, or (custom agents) those its env names. */
@@ -67,14 +84,29 @@ export function upstreamChecks(agents: readonly AgentConfig[], file: string): Up
         });
         continue;
       }
-      checks.set(`${vendor} ${upstream.baseUrl} ${upstream.apiKey}`, { agent: config.name, vendor, upstream });
+      // With `tokens: true`, each replica is an upstream of its own: every one must return ids.
+      const bases = config.tokens && vendor === 'openai' && config.replicas ? config.replicas : [upstream.baseUrl];
+      for (const baseUrl of bases) {
+        const tokens = config.tokens ? { dialect: dialectOf(config, vendor), model: servedModel(config) } : undefined;
+        const key = `${vendor} ${baseUrl} ${upstream.apiKey} ${tokens ? JSON.stringify(tokens) : ''}`;
+        checks.set(key, { agent: config.name, vendor, upstream: { ...upstream, baseUrl }, tokens });
+      }
     }
   });
   if (problems.length > 0) throw new InputError(problems);
   return [...checks.values()];
 }
 
-/** One cheap authenticated call per upstream, all at once; the first that failed, as one line. */
+/** The model name an agent sends upstream: its `model` without a routing prefix (litellm's `openai/…`), if any. */
+function servedModel(config: AgentConfig): string | null {
+  const model = (config as { model?: unknown }).model;
+  return typeof model === 'string' && model ? model.replace(/^(openai|hosted_vllm|vllm)\//, '') : null;
+}
+
+/**
+ * One cheap authenticated call per upstream, all at once; for `tokens: true`, one small generation asking for token
+ * ids as the gateway asks. The first that failed, as one line.
+ */
 export async function probeUpstreams(checks: readonly UpstreamCheck[]): Promise<void> {
   const results = await Promise.all(
     checks.map(async (check) => ({ check, result: await probeUpstream(check.vendor, check.upstream) }))
@@ -87,6 +119,18 @@ export async function probeUpstreams(checks: readonly UpstreamCheck[]): Promise<
         : `cannot be reached (${result.detail})`;
     throw new PreflightError(
       `preflight: ${check.upstream.baseUrl} (agent ${check.agent}) ${what}; no trial was started (--skip-preflight to start anyway)`
+    );
+  }
+  const missing = await Promise.all(
+    checks.map(async (check) => ({
+      check,
+      why: check.tokens ? await probeTokens(check.tokens.dialect, check.upstream, check.tokens.model) : null,
+    }))
+  );
+  for (const { check, why } of missing) {
+    if (why === null) continue;
+    throw new PreflightError(
+      `preflight: ${check.upstream.baseUrl} (agent ${check.agent}, tokens: true) returns no token ids: ${why}; no trial was started (docs/rl.md lists the servers that do)`
     );
   }
 }

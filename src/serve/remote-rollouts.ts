@@ -51,6 +51,8 @@ export function initRequestSchema(taskFrom: TaskFrom) {
         rollout_id: required('the idempotency key'),
         run_id: z.string().optional(),
         row_id: taskFrom === 'row_id' ? required('it names the task') : z.string().optional(),
+        /** The trainer's policy (weights) version: stamped on each model call of the rollout (docs/rl.md). */
+        policy_version: z.number().int().nonnegative().optional(),
       },
       { error: (issue) => (issue.input === undefined ? 'required (rollout_id, row_id, …)' : undefined) }
     ),
@@ -147,9 +149,12 @@ export class RemoteRollouts {
     } catch (err) {
       throw new BadInitError((err as Error).message);
     }
+    const version = request.metadata.policy_version;
     const trial: TrialSpec = {
       ...namedTrial(planned, trialNameOf(request.metadata.rollout_id)),
       agentEnv: rolloutAgentEnv(request, baseUrl),
+      // The rollout's own version, fixed for its calls: a served rollout has no Job workflow whose version changes.
+      ...(version !== undefined ? { policyVersion: version, policyVersionFixed: true } : {}),
     };
     // Bound to this trial: copied into another trial's input, it does not unseal.
     const sealed = apiKey ? sealEnv({ ROLLOUT_API_KEY: apiKey, OPENAI_API_KEY: apiKey }, trial) : undefined;

@@ -13,3 +13,8 @@ export function providerQueue(type: EnvironmentType): string {
 export function hostQueue(type: EnvironmentType, hostId: string): string {
   return `${providerQueue(type)}@${hostId}`;
 }
+
+/** Whether a queue is a provider's shared queue (not a host's own, nor the job queue). */
+export function isProviderQueue(queue: string): boolean {
+  return queue.startsWith('rollout-') && !queue.includes('@');
+}

@@ -9,7 +9,7 @@ import { logEnabled, setLogLevel } from '../log';
  * Rollout's messages and its workflows' `log` at `level` (the job's log_level); Temporal's own (SDK and core) at
  * ROLLOUT_TEMPORAL_LOG_LEVEL (default ERROR, or DEBUG with log_level debug), so Rollout's output stays readable. A
  * process that installed its own runtime first (a library user) keeps it. `shutdownSignals: []` leaves signals to the
- * caller (`rollout serve` ends its warm pool before its workers stop).
+ * caller (`rollout serve` ends its warm pool before its workers stop). False: a runtime was installed already.
  */
 export function installQuietRuntime(
   level: LogLevel = 'info',
@@ -20,8 +20,10 @@ export function installQuietRuntime(
      * log here at their own level; other jobs' lines are debug.
      */
     ownsWorkflow?: (workflowId: string) => boolean;
+    /** `host:port` where the SDK's core serves its worker metrics in Prometheus text (`rollout worker --metrics-port`). */
+    prometheusAddress?: string;
   } = {}
-): void {
+): boolean {
   setLogLevel(level);
   const temporal =
     (process.env.ROLLOUT_TEMPORAL_LOG_LEVEL as TemporalLogLevel | undefined) ?? (level === 'debug' ? 'DEBUG' : 'ERROR');
@@ -40,10 +42,15 @@ export function installQuietRuntime(
     Runtime.install({
       ...(options.shutdownSignals ? { shutdownSignals: options.shutdownSignals } : {}),
       logger,
-      telemetryOptions: { logging: { forward: {}, filter: makeTelemetryFilterString({ core: temporal }) } },
+      telemetryOptions: {
+        logging: { forward: {}, filter: makeTelemetryFilterString({ core: temporal }) },
+        ...(options.prometheusAddress ? { metrics: { prometheus: { bindAddress: options.prometheusAddress } } } : {}),
+      },
     });
+    return true;
   } catch (err) {
     if (!(err instanceof IllegalStateError)) throw err;
+    return false;
   }
 }
 

@@ -11,16 +11,19 @@ import { budgetLedgerId, ledgerStateQuery, reportSpendUpdate, setBudgetUpdate } 
 import type { SpendLedgers } from '../gateway/budget';
 import type { BudgetLimits } from '../gateway/spend';
 import type { JobBudgetResult } from '../results/job-result';
+import { jobSpendSeen } from '../metrics/rollout-metrics';
 import { JOB_TASK_QUEUE } from './queues';
 import { ifWorkflowExists } from './not-found';
 
 export class TemporalSpendLedgers implements SpendLedgers {
   constructor(private readonly client: Client) {}
 
-  report(jobName: string, reports: SessionReport[]): Promise<LedgerView> {
-    return this.client.workflow
+  async report(jobName: string, reports: SessionReport[]): Promise<LedgerView> {
+    const view = await this.client.workflow
       .getHandle(budgetLedgerId(jobName))
       .executeUpdate(reportSpendUpdate, { args: [reports] });
+    jobSpendSeen(jobName, view.spent, view.budget);
+    return view;
   }
 }
 

@@ -88,6 +88,8 @@ export interface TrialSpec {
    * value when planned (null: none yet); the gateway reads the current one from the Job workflow (docs/rl.md).
    */
   policyVersion?: number | null;
+  /** `policyVersion` is the trial's own (a `rollout serve` rollout's /init `metadata.policy_version`): not read live. */
+  policyVersionFixed?: boolean;
   /** job.yaml `retry`: task errors that run the trial again (absent in specs planned before it existed). */
   retry?: RetryPolicy | null;
   /**

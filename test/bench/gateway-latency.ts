@@ -5,7 +5,9 @@
  * reported to it; uncontended, far from the budget) and shared `rate_limits` (requests_per_minute and max_concurrent
  * through their limiter workflows; uncontended: leases and the share held locally), interleaved call by call so load drift hits all alike. The
  * upstream runs in its own process (as a vendor would); the gateway runs in this process, as in a worker, recording
- * every call to llm-calls.jsonl.
+ * every call to llm-calls.jsonl. Side by side: a trial with job.yaml `tokens: true` (the gateway asks for ids and
+ * logprobs, strips them from the reply, records them) against a direct call that asks for them itself (the same
+ * upstream work), so the second table is what `tokens: true` costs at the gateway.
  */
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -64,8 +66,17 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
       budget: { jobName, agentName: 'bench' },
       rateLimits: [{ match: { upstream: 'openai' }, requests_per_minute: 1_000_000, max_concurrent: 64 }],
     });
-    const targets = {
-      direct: { url: `${upstream.url}/s/bench/v1/chat/completions`, key: 'sk-bench' },
+    const tokens = await gateway.openTrial({
+      trialId: 'bench/gateway-latency-tokens',
+      agentDir: path.join(agentDir, 'tokens'),
+      upstreams,
+      shaping: { tokens: true },
+    });
+    const direct = `${upstream.url}/s/bench/v1/chat/completions`;
+    const targets: Record<'direct' | 'gateway' | 'budget' | 'directIds' | 'tokens', Target> = {
+      direct: { url: direct, key: 'sk-bench' },
+      directIds: { url: direct, key: 'sk-bench', extra: { return_token_ids: true, logprobs: true } },
+      tokens: { url: `${(await tokens.access('127.0.0.1')).baseUrls.openai}/chat/completions`, key: tokens.token },
       gateway: { url: `${(await plain.access('127.0.0.1')).baseUrls.openai}/chat/completions`, key: plain.token },
       budget: { url: `${(await budgeted.access('127.0.0.1')).baseUrls.openai}/chat/completions`, key: budgeted.token },
     };
@@ -83,8 +94,14 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
         'added p50 ms (all on)',
       ],
     ];
+    const tokenRows = [
+      ['request', 'tokens: false, added p50 ms', 'tokens: true, added p50 ms', 'tokens: true, added p99 ms'],
+    ];
     for (const stream of [false, true]) {
-      const times = { direct: [] as number[], gateway: [] as number[], budget: [] as number[] };
+      const times = Object.fromEntries(names.map((name) => [name, [] as number[]])) as Record<
+        keyof typeof targets,
+        number[]
+      >;
       for (let i = 0; i < WARMUP + CALLS; i++) {
         // Rotate which goes first, so none always finds another's connection warm.
         for (let j = 0; j < names.length; j++) {
@@ -107,12 +124,24 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
         b.p99.toFixed(2),
         (b.p50 - d.p50).toFixed(2),
       ]);
+      const ids = stats(times.directIds);
+      const t = stats(times.tokens);
+      tokenRows.push([
+        rows.at(-1)![0]!,
+        (g.p50 - d.p50).toFixed(2),
+        (t.p50 - ids.p50).toFixed(2),
+        (t.p99 - ids.p99).toFixed(2),
+      ]);
     }
     await plain.close();
     await budgeted.close();
-    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+    await tokens.close();
     console.log(`gateway latency, ${CALLS} calls each way, interleaved (load average ${loadavg()[0]!.toFixed(1)}):`);
-    console.log(rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ')).join('\n'));
+    console.log(table(rows));
+    console.log(
+      'tokens: true (ids and logprobs asked, stripped, recorded) against a direct call asking for them itself:'
+    );
+    console.log(table(tokenRows));
     const spent = (await readLedger(client, jobName))?.spent;
     console.log(`the bench job's ledger counted ${spent?.llm_calls ?? 0} calls, ${spent?.tokens ?? 0} tokens`);
   } finally {
@@ -130,11 +159,24 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
   }
 }
 
-async function timeCall(target: { url: string; key: string }, stream: boolean): Promise<number> {
+interface Target {
+  url: string;
+  key: string;
+  /** Request fields added to the call (a direct call asking for token ids itself). */
+  extra?: Record<string, unknown>;
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ')).join('\n');
+}
+
+async function timeCall(target: Target, stream: boolean): Promise<number> {
   const body = JSON.stringify({
     model: 'scripted-model',
     stream,
     messages: [{ role: 'user', content: 'say hello' }],
+    ...target.extra,
   });
   const begun = process.hrtime.bigint();
   const response = await fetch(target.url, {

@@ -26,8 +26,11 @@
  * - OpenAI Chat Completions: `POST /v1/chat/completions` (`stream: true` → SSE; `return_token_ids` / `logprobs` get
  *   token ids and logprobs as vLLM returns them, see ./vllm-tokens.ts; `stream_options.include_usage` adds a
  *   usage chunk), `GET /v1/models`.
+ * - OpenAI Completions: `POST /v1/completions` (text or token-id prompts; the turn as text; `return_token_ids` /
+ *   `logprobs` as vLLM, see ./vllm-completions.ts).
  * - Anthropic Messages: `POST /v1/messages` (`stream: true` → SSE), `POST /v1/messages/count_tokens`.
- * - OpenAI Responses: `POST /v1/responses` (`stream: true` → SSE, `type` in every payload); a WebSocket upgrade on
+ * - OpenAI Responses: `POST /v1/responses` (`stream: true` → SSE, `type` in every payload; `enable_response_messages`
+ *   and the logprobs `include` as vLLM, see ./vllm-completions.ts); a WebSocket upgrade on
  *   `/v1/responses` gets 404 at once, so codex falls back to HTTP.
  * - Gemini: `POST /v1beta/models/<m>:generateContent`, `:streamGenerateContent` (`?alt=sse` → SSE, else a JSON
  *   array), `:countTokens`.
@@ -76,6 +79,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { z } from 'zod';
 
 import { withVllmTokens } from './vllm-tokens';
+import { COMPLETIONS_TOOL, completionsAnswer, completionsTurnIndex, withVllmResponsesTokens } from './vllm-completions';
 
 // ---------------------------------------------------------------------------------------------------------------
 // Scenario
@@ -128,7 +132,7 @@ export function scriptedUsage(turnIndex: number): Usage {
 }
 export const SIDE_CALL_USAGE: Usage = { input_tokens: 40, output_tokens: 4, cached_tokens: 0 };
 
-export type Dialect = 'openai-chat' | 'anthropic' | 'openai-responses' | 'gemini';
+export type Dialect = 'openai-chat' | 'openai-completions' | 'anthropic' | 'openai-responses' | 'gemini';
 
 export interface RecordedCall {
   session: string;
@@ -899,6 +903,11 @@ export async function startScriptedModelServer(
       dialect = 'openai-chat';
       parsed = parseChat(body);
       stream = body.stream === true;
+    } else if (rest.endsWith('/completions')) {
+      dialect = 'openai-completions';
+      const model = typeof body.model === 'string' ? body.model : 'scripted';
+      parsed = { tools: [COMPLETIONS_TOOL], turnIndex: completionsTurnIndex(body), jsonSchema: null, model };
+      stream = body.stream === true;
     } else if (rest.endsWith('/messages')) {
       dialect = 'anthropic';
       parsed = parseAnthropic(body);
@@ -974,8 +983,10 @@ export async function startScriptedModelServer(
         : dialect === 'anthropic'
           ? anthropicAnswer(answer)
           : dialect === 'openai-responses'
-            ? responsesAnswer(answer, responseId)
-            : geminiAnswer(answer);
+            ? withVllmResponsesTokens(body, responsesAnswer(answer, responseId))
+            : dialect === 'openai-completions'
+              ? completionsAnswer(body, answerReply, usage, parsed.model, answer.turnKey)
+              : geminiAnswer(answer);
     const cut = record.fault === 'stream-cut';
 
     if (!stream) {
@@ -999,7 +1010,7 @@ export async function startScriptedModelServer(
     const frames: string[] = sse
       ? events.map(sseFrame)
       : events.map((e, i) => `${i === 0 ? '[' : ','}${JSON.stringify(e.data)}`).concat(']');
-    if (sse && dialect === 'openai-chat') frames.push('data: [DONE]\n\n');
+    if (sse && (dialect === 'openai-chat' || dialect === 'openai-completions')) frames.push('data: [DONE]\n\n');
     const upTo = cut ? Math.max(1, Math.floor(frames.length / 2)) : frames.length;
     for (let i = 0; i < upTo; i++) {
       if (i > 0 && scenario.sseDelayMs) await sleep(scenario.sseDelayMs);

@@ -1,6 +1,6 @@
 /** OpenAI Chat Completions: `POST …/chat/completions`, the dialect of most agents and of vLLM. */
 import type { Dialect, Json, Message, ToolCall } from '../dialect';
-import { arr, num, obj, parseArguments, str, textOf } from '../dialect';
+import { arr, idList, num, obj, parseArguments, setParams, str, textOf } from '../dialect';
 import { jsonPayloads } from '../sse';
 
 function toolCalls(value: unknown): ToolCall[] {
@@ -11,7 +11,7 @@ function toolCalls(value: unknown): ToolCall[] {
 }
 
 /** What the gateway adds to every stream the agent did not ask usage of (budgets and limits need it). */
-const STREAM_USAGE = 'stream_options.include_usage';
+export const STREAM_USAGE = 'stream_options.include_usage';
 
 export const openAiChat: Dialect = {
   name: 'openai-chat',
@@ -121,13 +121,9 @@ export const openAiChat: Dialect = {
   },
 
   // vLLM (chat_completion/protocol.py) and SGLang (entrypoints/openai/protocol.py) both take these.
-  tokenParams: { return_token_ids: true, logprobs: true },
+  requestTokens: (body) => setParams(body, { return_token_ids: true, logprobs: true }),
 
-  askUsage(body) {
-    const options = obj(body.stream_options);
-    if (body.stream !== true || options.include_usage === true) return null;
-    return { body: { ...body, stream_options: { ...options, include_usage: true } }, added: STREAM_USAGE };
-  },
+  askUsage: askStreamUsage,
 
   stripAdded(payload, added) {
     const ids = added.includes('return_token_ids');
@@ -154,6 +150,9 @@ export const openAiChat: Dialect = {
   },
 };
 
-function idList(value: unknown): number[] | undefined {
-  return Array.isArray(value) && value.every((v) => typeof v === 'number') ? value : undefined;
+/** OpenAI-style streams (Chat, Completions) carry usage only when asked: the request asking for it, or null. */
+export function askStreamUsage(body: Json): { body: Json; added: string } | null {
+  const options = obj(body.stream_options);
+  if (body.stream !== true || options.include_usage === true) return null;
+  return { body: { ...body, stream_options: { ...options, include_usage: true } }, added: STREAM_USAGE };
 }

@@ -2,6 +2,7 @@
 import type { Dialect, Json, Message, ToolCall } from '../dialect';
 import { arr, num, obj, parseArguments, str, textOf } from '../dialect';
 import { jsonPayloads } from '../sse';
+import { responseTokens, stripResponseTokens } from './responses-tokens';
 
 const CALL_ITEMS = new Set(['function_call', 'custom_tool_call', 'local_shell_call']);
 const OUTPUT_ITEMS = new Set(['function_call_output', 'custom_tool_call_output', 'local_shell_call_output']);
@@ -102,4 +103,26 @@ export const openAiResponses: Dialect = {
     const messages = itemsToMessages(output);
     return messages.find((m) => m.role === 'assistant') ?? null;
   },
+
+  tokens: responseTokens,
+
+  // vLLM (responses/protocol.py): `enable_response_messages` returns the prompt's and the completion's ids as
+  // `input_messages` / `output_messages`; logprobs come with `include: ["message.output_text.logprobs"]`.
+  requestTokens(body) {
+    const added: string[] = [];
+    if (body.enable_response_messages !== true) {
+      body.enable_response_messages = true;
+      added.push('enable_response_messages');
+    }
+    const include = Array.isArray(body.include) ? (body.include as unknown[]) : [];
+    if (!include.includes(LOGPROBS_INCLUDE)) {
+      body.include = [...include, LOGPROBS_INCLUDE];
+      added.push(LOGPROBS_INCLUDE);
+    }
+    return added;
+  },
+
+  stripAdded: stripResponseTokens,
 };
+
+const LOGPROBS_INCLUDE = 'message.output_text.logprobs';
