@@ -14,7 +14,7 @@ import { resolveEnvWithSecrets } from '../src/env-vars';
 import { jobFiles } from '../src/results/files';
 import { restoreGatewayCalls } from '../src/results/gateway-calls';
 import { scrubSecrets, SecretScrubber } from '../src/results/scrub';
-import { secretValuesOf } from '../src/secrets/key-names';
+import { literalSecretValues, secretValuesOf } from '../src/secrets/key-names';
 import type { Task } from '../src/task/load';
 import type { TrialSpec } from '../src/trial/types';
 import { loadTrialTask, trialSecretEnv } from './context';
@@ -35,7 +35,9 @@ export async function trialSecrets(spec: TrialSpec): Promise<string[]> {
       return []; // Unset variables never reached the container: nothing of them to scrub.
     }
   });
-  return [...referenced, ...sealedValues(spec), ...secretValuesOf(process.env)];
+  // Literal values of secret-named agent env (`--ae KEY=sk-…`) reach the container as they are: redacted too.
+  const literal = agent.env ? literalSecretValues(agent.env) : [];
+  return [...referenced, ...literal, ...sealedValues(spec), ...secretValuesOf(process.env)];
 }
 
 /**

@@ -198,6 +198,51 @@ describe('rollout run with flags', () => {
     }
   });
 
+  it('--print-config masks literal secret values (and the command line it repeats); --ae warns of them; results redact them', async () => {
+    const literal = 'sk-ant-literal-SECRET-777';
+    const flags = ['--ae', `ANTHROPIC_API_KEY=${literal}`, '--ae', 'MY_TOKEN=${MY_TOKEN}', '--ae', 'EXTRA=1'];
+    const printed = await runCli([...ONE_LINER, ...flags, '--print-config'], { cwd: dir });
+    assert.equal(printed.code, 0, printed.stderr);
+    assert.ok(!printed.stdout.includes(literal), printed.stdout);
+    assert.match(
+      printed.stdout,
+      /^# rollout run .* --ae ANTHROPIC_API_KEY=\[REDACTED\] --ae MY_TOKEN=\$\{MY_TOKEN\} /m
+    );
+    assert.deepEqual((parse(printed.stdout) as ResolvedJob).agents[0]!.env, {
+      ANTHROPIC_API_KEY: '[REDACTED]',
+      MY_TOKEN: '${MY_TOKEN}',
+      EXTRA: '1',
+    });
+    assert.match(
+      printed.stderr,
+      /^warning: --ae ANTHROPIC_API_KEY: a literal secret value is kept in the job's config\.json/m
+    );
+    assert.doesNotMatch(printed.stderr, /--ae (MY_TOKEN|EXTRA)/, 'a ${VAR} or a name that is no secret: no warning');
+    assert.ok(!printed.stderr.includes(literal));
+
+    // Run: an agent that prints its env gets the literal value redacted in the collected logs.
+    await writeFile(
+      path.join(dir, 'leaky.yaml'),
+      [
+        'name: leaky',
+        'jobs_dir: jobs',
+        'environment: { type: local }',
+        'agents:',
+        '  - name: leaky',
+        '    execute: echo "token=$SERVICE_TOKEN" > "$ROLLOUT_LOGS_DIR/agent/leak.txt"; echo ok > answer.txt',
+        `    env: { SERVICE_TOKEN: ${literal} }`,
+        'datasets:',
+        '  - path: tasks',
+        '    task_names: [alpha]',
+        '',
+      ].join('\n')
+    );
+    const run = await runCli(['run', 'leaky.yaml'], { cwd: dir });
+    assert.equal(run.code, 0, run.stderr);
+    const leak = await readFile(path.join(dir, 'jobs', 'leaky', 'alpha__leaky__1', 'agent', 'leak.txt'), 'utf8');
+    assert.equal(leak, 'token=[REDACTED]\n');
+  });
+
   it('a one-liner without --job-name is named by its start time, as Harbor names jobs', async () => {
     const run = await runCli(['run', '-p', 'tasks', '--print-config'], { cwd: dir });
     assert.equal(run.code, 0, run.stderr);

@@ -195,7 +195,12 @@ describe('jobs in an object store (real MinIO, three worker processes)', { timeo
       n_finished_trials: number;
     };
     assert.equal(jobResult.n_finished_trials, 30);
-    assert.ok((await store.objects(BUCKET, `${JOBS_PREFIX}thirty/config.json`)).size === 1, 'config.json in the store');
+    const config = await store.objects(BUCKET, `${JOBS_PREFIX}thirty/config.json`);
+    assert.deepEqual(
+      [...config.keys()].sort(),
+      [`${JOBS_PREFIX}thirty/config.json`, `${JOBS_PREFIX}thirty/config.json.sig`],
+      'config.json in the store, signed'
+    );
     // The workers keep nothing of the trials once uploaded.
     for (const worker of workers) {
       const left: string[] = await readdir(path.join(workingRoot(worker.machine), 'thirty')).catch(() => []);

@@ -17,11 +17,13 @@ import { ModelGateway } from '../src/gateway/gateway';
 import type { GatewayAccess } from '../src/gateway/upstreams';
 import { upstreamsFromEnv } from '../src/gateway/upstreams';
 import type { TrialResult } from '../src/results/trial-result';
+import { writeSignedJobFile } from '../src/storage/job-folder';
 import type { TrialSpec } from '../src/trial/types';
 import { CLI, runCli, workspace } from './support/cli';
 import { validateWithHarbor } from './support/harbor';
 import type { ScriptedModelServer } from './support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from './support/scripted-model-server';
+import { REPO_ROOT } from './support/temporal';
 
 // The assertions read exported JSON by path.
 /* eslint-disable @typescript-eslint/no-unsafe-member-access, @typescript-eslint/no-unsafe-assignment, @typescript-eslint/no-unsafe-argument, @typescript-eslint/no-unsafe-call, @typescript-eslint/no-unsafe-return */
@@ -155,8 +157,10 @@ describe('rollout export', () => {
     dir = await workspace();
     jobDir = path.join(dir, 'jobs', jobName);
     await mkdir(jobDir, { recursive: true });
-    await writeFile(
-      path.join(jobDir, 'config.json'),
+    // Signed as the CLI signs it: workers (here, the result write) verify config.json before they use it.
+    await writeSignedJobFile(
+      jobDir,
+      'config.json',
       JSON.stringify({ name: jobName, agents: DIALECTS.map((name) => ({ name })) })
     );
     gateway = new ModelGateway();
@@ -179,7 +183,9 @@ describe('rollout export', () => {
       });
       await LOOPS[dialect]!(await session.access());
       await session.close();
-      const spec = { jobDir, trialName, trialId: `${jobName}/${trialName}`, agentName: dialect } as TrialSpec;
+      // A real task: the result write scrubs the trial folder of the task's and the agent's secrets.
+      const taskDir = path.join(REPO_ROOT, 'examples', 'tasks', 'hello-world');
+      const spec = { jobDir, trialName, trialId: `${jobName}/${trialName}`, agentName: dialect, taskDir } as TrialSpec;
       await writeTrialResult({ spec, result: trialResult(jobName, trialName, dialect, Math.min(1, i / 2)) });
     }
   });
@@ -316,7 +322,7 @@ describe('rollout export', () => {
   it('a job of 5,000 trials exports under a 64 MB heap (28 MB of it the CLI code), half its output', async () => {
     const big = path.join(dir, 'jobs', 'big');
     await mkdir(big, { recursive: true });
-    await writeFile(path.join(big, 'config.json'), JSON.stringify({ name: 'big', agents: [{ name: 'openai-chat' }] }));
+    await writeSignedJobFile(big, 'config.json', JSON.stringify({ name: 'big', agents: [{ name: 'openai-chat' }] }));
     const source = path.join(jobDir, 'hello-world__openai-chat__1');
     // Each trial's calls padded to ~30 KB, so the output is far larger than the heap; trials share their calls
     // (hard links), which makes the folder quick to build and changes nothing for the reader. Each result.json names

@@ -129,6 +129,9 @@ describe('several Rollouts on one host', () => {
     const firstRun = await within(120_000, 'the first CLI', firstCli.output);
     assert.equal(firstRun.code, 0, firstRun.stderr);
     assert.match(firstRun.stderr, /waiting for 2 trial\(s\) of other jobs/);
+    // Its worker ran the second job's trials, but a job's CLI prints only its own job's trial lines.
+    assert.match(firstRun.stderr, new RegExp(`trial .*\\(workflow ${first}/`));
+    assert.doesNotMatch(firstRun.stderr, new RegExp(`\\(workflow ${second}/`));
     const secondRun = await within(120_000, 'the second CLI', secondCli.output);
     assert.equal(secondRun.code, 0, secondRun.stderr);
     const jobDir = path.join(path.dirname(secondFile), 'jobs', second);

@@ -386,6 +386,37 @@ describe('job.yaml', () => {
       assert.match(problem?.message ?? JSON.stringify(err.problems), /limits need the model gateway \(gateway: true\)/);
       return true;
     });
+    // A cost cap over a model without a price could not bound its calls (the gateway refuses them all): refused now.
+    for (const [yaml, field, cap] of [
+      [
+        'budget: { cost_usd: 5 }\nagents: [{name: a, execute: x, gateway: true, model: my-vllm-7b}]',
+        'agents.0.model',
+        'budget.cost_usd',
+      ],
+      [
+        'agents: [{name: a, execute: x, gateway: true, model: my-vllm-7b, limits: {cost_usd: 1}}]',
+        'agents.0.model',
+        'limits.cost_usd',
+      ],
+    ] as const) {
+      await assert.rejects(loadJobFile(await jobFile(`${yaml}\ndatasets: [{path: d}]\n`)), (err: unknown) => {
+        assert.ok(err instanceof InputError);
+        const problem = err.problems.find((p) => p.field === field);
+        assert.equal(
+          problem?.message,
+          `no price for model "my-vllm-7b" (src/gateway/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`
+        );
+        return true;
+      });
+    }
+    // Capped in tokens, or off the gateway (nothing counts its calls), or priced: accepted.
+    for (const yaml of [
+      'budget: { tokens: 5000 }\nagents: [{name: a, execute: x, gateway: true, model: my-vllm-7b}]',
+      'budget: { cost_usd: 5 }\nagents: [{name: a, execute: x, model: my-vllm-7b}]',
+      'budget: { cost_usd: 5 }\nagents: [{name: a, execute: x, gateway: true, model: openai/gpt-5}]',
+    ]) {
+      await loadJobFile(await jobFile(`${yaml}\ndatasets: [{path: d}]\n`));
+    }
     const bad = await jobFile(
       'agents: [{name: a, execute: x, gateway: true, limits: {llm_calls: -1}}]\ndatasets: [{path: d}]\n'
     );

@@ -1,10 +1,11 @@
 /**
  * `rollout tasks init` and `rollout tasks check` through the CLI on the real Docker engine: the skeleton passes the
  * check; a dataset with a task per kind of fault (tests that pass without work, a wrong solution, a Dockerfile that
- * does not build, a task folder that is not valid) fails it, each row saying why.
+ * does not build, a task folder that is not valid) fails it, each row saying why, and a task tagged `always-fails`
+ * (as examples/tasks/impossible) says that it fails on purpose.
  */
 import assert from 'node:assert/strict';
-import { cp, mkdir, mkdtemp, readdir, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -48,6 +49,12 @@ describe('rollout tasks init and check', () => {
     await write(path.join(dataset, 'lenient-tests'), { 'tests/test.sh': 'echo 1 > /logs/verifier/reward.txt\n' });
     await cp(path.join(dir, 'my-task'), path.join(dataset, 'wrong-solution'), { recursive: true });
     await write(path.join(dataset, 'wrong-solution'), { 'solution/solve.sh': 'echo "Hello" > /app/hello.txt\n' });
+    await cp(path.join(dataset, 'wrong-solution'), path.join(dataset, 'tagged-impossible'), { recursive: true });
+    const toml = await readFile(path.join(dataset, 'tagged-impossible', 'task.toml'), 'utf8');
+    assert.match(toml, /^tags = \[\]$/m);
+    await write(path.join(dataset, 'tagged-impossible'), {
+      'task.toml': toml.replace(/^tags = \[\]$/m, 'tags = ["always-fails"]'),
+    });
     await cp(path.join(dir, 'my-task'), path.join(dataset, 'no-build'), { recursive: true });
     await write(path.join(dataset, 'no-build'), {
       'environment/Dockerfile': 'FROM debian:bookworm-slim\nRUN echo broken-on-purpose && exit 3\n',
@@ -92,6 +99,12 @@ describe('rollout tasks init and check', () => {
     assert.match(out, /dataset\/no-build: build: EnvironmentBuildError: .*(exit code: 3|broken-on-purpose)/);
     assert.match(row(datasetCheck, 'dataset/invalid'), /invalid/);
     assert.match(out, /dataset\/invalid: .*task\.toml: agent\.timeout_sec: /);
-    assert.match(out, /1 of 5 tasks pass/);
+    assert.match(row(datasetCheck, 'dataset/tagged-impossible'), /ok\s+ok\s+0\s+0\s+FAIL$/);
+    assert.match(
+      out,
+      /^dataset\/tagged-impossible: oracle: must score 1, got reward 0 \(on purpose: the task is tagged always-fails\)$/m
+    );
+    assert.doesNotMatch(out, /wrong-solution: .*on purpose/);
+    assert.match(out, /^1 of 6 tasks pass \(1 of the failing on purpose: tagged always-fails\)$/m);
   });
 });

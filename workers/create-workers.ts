@@ -21,6 +21,7 @@ import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/temporal/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
 import { rolloutDataConverter } from '../src/temporal/payload-codec';
+import type { LeaseHolder } from './host-lease';
 import { bestEffort } from '../src/log';
 import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
@@ -183,6 +184,8 @@ export async function runWorkers(workers: Worker[]): Promise<void> {
 export interface RunningWorkers {
   /** The host id this process's queue is named after (the host id, or `<host id>~<n>` when others share it). */
   workerId: string;
+  /** Live processes of this host holding the worker ids before this one's: their trials' steps wait for them. */
+  heldBy: LeaseHolder[];
   /** Resolves when the workers stop (a shutdown signal, or stop()). */
   done: Promise<void>;
   stop(): Promise<void>;
@@ -261,6 +264,7 @@ export async function startWorkers(
   let draining = false;
   return {
     workerId: lease.workerId,
+    heldBy: lease.heldBy,
     done,
     stop,
     draining: () => draining,

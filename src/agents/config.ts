@@ -3,7 +3,7 @@ import { readFile, stat } from 'node:fs/promises';
 
 import type { AgentConfig } from '../job/schema';
 import { ORACLE_AGENT } from '../job/schema';
-import { localJobFile } from '../storage/job-folder';
+import { localJobFile, verifySignedJobFile } from '../storage/job-folder';
 import type { AgentInfo } from '../trial/types';
 import type { BuiltinAgentDefinition } from './builtin';
 import { builtinAgent } from './registry';
@@ -48,8 +48,9 @@ export function installsNothing(config: AgentConfig): boolean {
 const jobConfigs = new Map<string, { mtimeMs: number; config: Promise<{ agents: AgentConfig[] }> }>();
 
 /**
- * Agent definitions come from the job's config.json (never from workflow inputs), cached per job folder until the
- * file changes: a long-lived worker may see a job folder removed and made anew under the same name.
+ * Agent definitions come from the job's config.json (never from workflow inputs: it may hold literal env values),
+ * verified against its signature and cached per job folder until the file changes: a long-lived worker may see a job
+ * folder removed and made anew under the same name.
  */
 export async function loadAgentConfig(jobDir: string, agentName: string): Promise<AgentConfig> {
   // A job in an object store: its config.json copied to this host once.
@@ -57,7 +58,11 @@ export async function loadAgentConfig(jobDir: string, agentName: string): Promis
   const { mtimeMs } = await stat(file);
   let cached = jobConfigs.get(jobDir);
   if (!cached || cached.mtimeMs !== mtimeMs) {
-    const config = readFile(file, 'utf8').then((text) => JSON.parse(text) as { agents: AgentConfig[] });
+    // Signed by whoever started the job: a config.json changed in its folder or bucket is refused, not run.
+    const config = readFile(file).then(async (body) => {
+      await verifySignedJobFile(jobDir, 'config.json', body);
+      return JSON.parse(body.toString('utf8')) as { agents: AgentConfig[] };
+    });
     cached = { mtimeMs, config };
     jobConfigs.set(jobDir, cached);
     config.catch(() => jobConfigs.delete(jobDir));

@@ -7,7 +7,7 @@ import type { jobWorkflow, JobInput } from '../../workflows/job';
 import type { trialWorkflow } from '../../workflows/trial';
 import { InputError } from '../errors';
 import { jobFiles } from '../results/files';
-import { readJobJson, writeJobJson } from '../storage/job-folder';
+import { readJobJson, writeSignedJobFile } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
 import { JOB_TASK_QUEUE } from '../temporal/queues';
 import { RolloutJob } from '../temporal/search-attributes';
@@ -67,7 +67,8 @@ export async function saveJobConfig(job: ResolvedJob, jobDir: string): Promise<v
   }
   // Where the job file lay is not part of the job: config.json is itself a job file (`rollout resume`).
   const { file: _file, ...saved } = job;
-  await writeJobJson(jobDir, 'config.json', saved);
+  // Signed: workers act on it (agent commands and env) and refuse it unsigned or changed (src/secrets/job-file-signature.ts).
+  await writeSignedJobFile(jobDir, 'config.json', `${JSON.stringify(saved, null, 2)}\n`);
 }
 
 export function jobInput(

@@ -31,6 +31,7 @@ import { dryRun } from './dry-run';
 import { addStoreCommands, readableFolder } from './stored-jobs';
 import { addViewCommand } from './view';
 import { addCodecServerCommand } from './codec-server';
+import { stopWithNpm } from './npm-parent';
 import { addWorkerCommand } from './worker';
 
 /**
@@ -112,8 +113,7 @@ export function buildProgram(): Command {
     ) => {
       const gate = parseGateOptions(opts);
       const job = await resolveRunJob(file, opts);
-      if (opts.printConfig)
-        return void process.stdout.write(configYaml(job, `rollout ${process.argv.slice(2).join(' ')}`));
+      if (opts.printConfig) return void process.stdout.write(configYaml(job, process.argv.slice(2)));
       if (opts.dryRun) return dryRun(job);
       // The runtime is installed with the job's log_level once the job is read.
       process.exitCode = await namingFlags(opts, () =>
@@ -302,6 +302,7 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  stopWithNpm();
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {

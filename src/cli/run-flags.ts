@@ -16,7 +16,9 @@ import type { Vendor } from '../gateway/dialect';
 import type { ResolvedJob } from '../job/load';
 import { loadJobConfig, loadJobFile } from '../job/load';
 import { ENVIRONMENT_TYPES, ORACLE_AGENT } from '../job/schema';
+import { log } from '../log';
 import { registrySource } from '../registry/load';
+import { literalSecretValues, MASKED, maskedAssignment, maskedEnv } from '../secrets/key-names';
 
 export interface RunFlags {
   dataset?: string[];
@@ -265,7 +267,16 @@ function keyValues(pairs: string[], problems: Problem[]): Record<string, string>
   for (const pair of pairs) {
     const match = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(pair);
     if (match) env[match[1]!] = match[2]!;
-    else problems.push({ file: '--ae', message: `"${pair}" is not KEY=VALUE (KEY: letters, digits and _)` });
+    else
+      problems.push({
+        file: '--ae',
+        message: `"${maskedAssignment(pair)}" is not KEY=VALUE (KEY: letters, digits and _)`,
+      });
+  }
+  for (const name of Object.keys(env).filter((name) => literalSecretValues({ [name]: env[name]! }).length > 0)) {
+    log.warn(
+      `--ae ${name}: a literal secret value is kept in the job's config.json (redacted from results and --print-config); give it as \${${name}} to have each worker read it from its environment`
+    );
   }
   return env;
 }
@@ -295,7 +306,14 @@ function kebab(name: string): string {
  * The job as a job file: what config.json holds (defaults applied, paths absolute, registry datasets not pinned
  * yet), in YAML. Saved and run, it runs the same job.
  */
-export function configYaml(job: ResolvedJob, how: string): string {
+export function configYaml(job: ResolvedJob, argv: string[]): string {
   const { file: _file, ...config } = job;
-  return `# ${how}\n# The effective job: save it (e.g. as job.yaml) and run it with \`rollout run job.yaml\`.\n${stringify(config)}`;
+  // Literal secret values (`--ae OPENAI_API_KEY=sk-…`) are masked, in the command line repeated above it too.
+  const agents = config.agents.map((agent) => ({ ...agent, env: maskedEnv(agent.env) }));
+  const masked = agents.some((agent, i) => JSON.stringify(agent.env) !== JSON.stringify(config.agents[i]!.env));
+  const how = `rollout ${argv.map(maskedAssignment).join(' ')}`;
+  const note = masked
+    ? `# Literal secret values are shown as ${MASKED}: give them as \${VAR}, read on the worker.\n`
+    : '';
+  return `# ${how}\n# The effective job: save it (e.g. as job.yaml) and run it with \`rollout run job.yaml\`.\n${note}${stringify({ ...config, agents })}`;
 }

@@ -10,6 +10,7 @@ import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
 import { budgetLedgerId } from '../../workflows/budget-ledger';
 import { startWorkers } from '../../workers/create-workers';
+import type { LeaseHolder } from '../../workers/host-lease';
 import { workflowBundle } from '../../workers/workflow-bundle';
 import { InputError } from '../errors';
 import { checkProvider, createEnvironment } from '../environments';
@@ -46,6 +47,7 @@ import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';
 import { log } from '../log';
 import { ProgressView } from './progress';
+import { heldQueuesLines } from './held-queues';
 import { renderReport } from './report';
 
 export interface RunOptions {
@@ -168,9 +170,11 @@ async function watchJob(
   const view = new ProgressView();
   // Aborted once the job ended: the last poll's wait must not hold the exit.
   const finished = new AbortController();
+  const held = heldQueuesNotice(workerRun?.heldBy ?? [], plan, job.environment.delete);
   const poll = (async () => {
     while (!finished.signal.aborted) {
       const progress = await handle.query(jobProgressQuery).catch(() => undefined);
+      if (progress) held(progress);
       if (progress && !finished.signal.aborted) view.update(progress);
       await sleep(POLL_MS, undefined, { signal: finished.signal }).catch(() => undefined);
     }
@@ -271,6 +275,23 @@ function startJobWorkers(
     serveWorkflows: true,
     rateLimits,
   });
+}
+
+/**
+ * Live processes of this host hold the queues before ours: a resumed job's running trials, then the removal of the
+ * images they built, may wait for them. One line for each wait, when it starts.
+ */
+function heldQueuesNotice(heldBy: LeaseHolder[], plan: JobPlan, deleteImages: boolean) {
+  let told: 'nothing' | 'trials' | 'all' = heldBy.length > 0 ? 'nothing' : 'all';
+  return (progress: JobProgress) => {
+    if (told === 'nothing' && progress.running > 0) {
+      log.info(heldQueuesLines(heldBy, new Date()).trials(plan.trials[0]?.spec.hostLostTimeoutSec ?? 0));
+      told = 'trials';
+    } else if (told === 'trials' && progress.finished === progress.total) {
+      if (deleteImages) log.info(heldQueuesLines(heldBy, new Date()).images());
+      told = 'all';
+    }
+  };
 }
 
 function numberFromEnv(name: string): number | undefined {

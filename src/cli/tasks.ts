@@ -38,6 +38,15 @@ interface TaskCheck {
   oracle: string;
   nop: string;
   failures: string[];
+  /** Tagged `always-fails`: its failure is the task's point (e.g. examples/tasks/impossible, to show a reward of 0). */
+  failsOnPurpose?: boolean;
+}
+
+/** The tag of a task no solution passes on purpose; its failing row says so. */
+const ALWAYS_FAILS_TAG = 'always-fails';
+
+function failsOnPurpose(metadata: Record<string, unknown>): boolean {
+  return Array.isArray(metadata.tags) && metadata.tags.includes(ALWAYS_FAILS_TAG);
 }
 
 /** `rollout tasks check <path>…`: 0 when every task passes, 1 when any fails (the table says which and why). */
@@ -48,9 +57,11 @@ export async function checkTasks(paths: string[], options: CheckOptions): Promis
 
   const checks = new Map<string, TaskCheck>();
   const validDirs: string[] = [];
+  const onPurpose = new Set<string>();
   for (const dataset of paths) {
     const loaded = await loadDataset(dataset, environmentRequirement({ type: 'docker' }));
     for (const task of loaded.tasks) validDirs.push(task.dir);
+    for (const task of loaded.tasks) if (failsOnPurpose(task.config.metadata)) onPurpose.add(task.dir);
     for (const [dir, problems] of groupByTask(path.resolve(dataset), loaded.problems)) {
       checks.set(dir, {
         ...pending(dir),
@@ -81,7 +92,7 @@ export async function checkTasks(paths: string[], options: CheckOptions): Promis
     for (const dir of validDirs) {
       const ofTask = trials.filter((t) => t.result?.task_dir === dir);
       const byAgent = (agent: string) => ofTask.find((t) => t.agentName === agent)?.result ?? null;
-      checks.set(dir, judge(dir, byAgent(ORACLE_AGENT), byAgent(NOP_AGENT)));
+      checks.set(dir, judge(dir, byAgent(ORACLE_AGENT), byAgent(NOP_AGENT), onPurpose.has(dir)));
     }
   }
 
@@ -94,7 +105,9 @@ export async function checkTasks(paths: string[], options: CheckOptions): Promis
   );
   const failed = rows.filter((r) => r.failures.length);
   for (const row of failed) for (const failure of row.failures) console.log(`${row.task}: ${failure}`);
-  console.log(`${rows.length - failed.length} of ${rows.length} tasks pass`);
+  const expected = failed.filter((r) => r.failsOnPurpose).length;
+  const byDesign = expected ? ` (${expected} of the failing on purpose: tagged ${ALWAYS_FAILS_TAG})` : '';
+  console.log(`${rows.length - failed.length} of ${rows.length} tasks pass${byDesign}`);
   return failed.length ? 1 : 0;
 }
 
@@ -122,7 +135,16 @@ function groupByTask(dataset: string, problems: Problem[]): Map<string, Problem[
   return groups;
 }
 
-function judge(dir: string, oracle: TrialResult | null, nop: TrialResult | null): TaskCheck {
+function judge(dir: string, oracle: TrialResult | null, nop: TrialResult | null, onPurpose: boolean): TaskCheck {
+  const check = judgeStages(dir, oracle, nop);
+  if (onPurpose && check.failures.length) {
+    check.failsOnPurpose = true;
+    check.failures = check.failures.map((failure) => `${failure} (on purpose: the task is tagged ${ALWAYS_FAILS_TAG})`);
+  }
+  return check;
+}
+
+function judgeStages(dir: string, oracle: TrialResult | null, nop: TrialResult | null): TaskCheck {
   const check = pending(dir);
   const buildError = [oracle, nop].map((r) => r?.error).find((e) => e?.step === 'build');
   if (buildError) {

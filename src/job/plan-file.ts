@@ -1,16 +1,16 @@
 import { isFolderName } from '../files/inside';
-import { jobStore } from '../storage/job-folder';
+import { jobStore, verifySignedJobFile, writeSignedJobFile } from '../storage/job-folder';
 import type { PlannedTrial } from './plan';
 
 const PLAN_FILE = 'plan.jsonl';
 
 /**
  * `<job>/plan.jsonl`: one planned trial per line. The Job workflow reads it in pages through an activity, so trial
- * specs never travel as one huge workflow input. It lives where the job does (a folder or an object store).
+ * specs never travel as one huge workflow input. It lives where the job does (a folder or an object store), signed:
+ * workers refuse a plan that is not as its writer signed it (src/secrets/job-file-signature.ts).
  */
 export async function writePlanFile(jobDir: string, trials: PlannedTrial[]): Promise<void> {
-  const store = await jobStore(jobDir);
-  await store.write(PLAN_FILE, trials.map((trial) => JSON.stringify(trial)).join('\n') + '\n');
+  await writeSignedJobFile(jobDir, PLAN_FILE, trials.map((trial) => JSON.stringify(trial)).join('\n') + '\n');
 }
 
 let cached: { jobDir: string; version: string; trials: PlannedTrial[] } | undefined;
@@ -21,7 +21,9 @@ export async function readPlanPage(jobDir: string, offset: number, limit: number
   const [file] = (await store.list(PLAN_FILE)).filter((entry) => entry.key === PLAN_FILE);
   if (!file) throw new Error(`${jobDir}/${PLAN_FILE}: missing`);
   if (!cached || cached.jobDir !== jobDir || cached.version !== file.version) {
-    const text = (await store.read(PLAN_FILE))?.toString('utf8') ?? '';
+    const body = (await store.read(PLAN_FILE)) ?? Buffer.alloc(0);
+    await verifySignedJobFile(jobDir, PLAN_FILE, body);
+    const text = body.toString('utf8');
     const lines = text.split('\n').filter((line) => line.length > 0);
     const trials = lines.map((line) => JSON.parse(line) as PlannedTrial);
     // Trial names become folders on every worker: a plan whose names are not folder names was not written by Rollout.

@@ -9,6 +9,7 @@ import { JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from '../trial/errors';
 import { ENVIRONMENT_TYPES, builtinProvider } from '../environments/registry';
 import { CAP_KEYS } from '../task/caps';
 import { TaskEnvAllowSchema } from '../task/task-env';
+import { ORACLE_AGENT, agentKind, onGatewayOf, unpricedModel } from './agent-routing';
 
 /**
  * Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway), but the job's spent
@@ -28,7 +29,7 @@ export type EnvironmentType = string;
 export const METRIC_TYPES = ['sum', 'min', 'max', 'mean'] as const;
 export type MetricType = (typeof METRIC_TYPES)[number];
 
-export const ORACLE_AGENT = 'oracle';
+export { ORACLE_AGENT };
 
 /** job.yaml `rate_limits`: one rule per upstream/model glob; calls over a limit wait at the gateway. */
 export const RateLimitSchema = z
@@ -127,10 +128,8 @@ export const AgentSchema = z
       .optional(),
   })
   .superRefine((agent, ctx) => {
-    const scripted = agent.install !== undefined || agent.execute !== undefined;
     const builtinNames = [ORACLE_AGENT, ...BUILTIN_AGENTS.map((a) => a.name)];
-    // The oracle is always the built-in one; another built-in name with scripts is a custom agent of that name.
-    const kind = agent.agent ?? (scripted && agent.name !== ORACLE_AGENT ? undefined : agent.name);
+    const kind = agentKind(agent);
     if (agent.agent !== undefined && !builtinNames.includes(agent.agent)) {
       ctx.addIssue({
         code: 'custom',
@@ -140,7 +139,7 @@ export const AgentSchema = z
       return;
     }
     // Limits are counted by the model gateway: an agent off it makes calls nobody counts.
-    const onGateway = agent.gateway ?? (kind !== ORACLE_AGENT && BUILTIN_AGENTS.some((a) => a.name === kind));
+    const onGateway = onGatewayOf(agent);
     for (const key of ['limits', 'sampling', 'replicas'] as const) {
       if (agent[key] !== undefined && !onGateway)
         ctx.addIssue({
@@ -149,6 +148,10 @@ export const AgentSchema = z
           message:
             kind === ORACLE_AGENT ? 'the oracle makes no model calls' : `${key} need the model gateway (gateway: true)`,
         });
+    }
+    if (agent.limits?.cost_usd !== undefined && onGateway && agent.model) {
+      const unpriced = unpricedModel(agent.model, 'limits.cost_usd');
+      if (unpriced) ctx.addIssue({ code: 'custom', path: ['model'], message: unpriced });
     }
     if (agent.tokens && !onGateway)
       ctx.addIssue({
@@ -382,6 +385,11 @@ export const JobConfigSchema = z
       if (seen.has(agent.name))
         ctx.addIssue({ code: 'custom', path: ['agents', index, 'name'], message: `duplicate agent "${agent.name}"` });
       seen.add(agent.name);
+      // The gateway refuses every call to it (docs/budgets.md): a job whose trials could only fail, refused now.
+      const capped = job.budget?.cost_usd !== undefined && agent.model && onGatewayOf(agent);
+      const unpriced = capped && unpricedModel(agent.model!, 'budget.cost_usd');
+      if (unpriced && agent.limits?.cost_usd === undefined)
+        ctx.addIssue({ code: 'custom', path: ['agents', index, 'model'], message: unpriced });
     });
   });
 

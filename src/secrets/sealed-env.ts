@@ -20,7 +20,7 @@ const VERSION = 'v2';
 const KEY_BYTES = 32;
 let cachedKey: Buffer | undefined;
 
-function secretKey(): Buffer {
+export function secretKey(): Buffer {
   if (cachedKey) return cachedKey;
   const fromEnv = process.env.ROLLOUT_SECRET_KEY;
   if (fromEnv) {
@@ -68,7 +68,7 @@ function associatedData({ jobName, trialId, jobDir, agentName, agentEnv }: Seale
 }
 
 /** Names the key without revealing it: the same on every worker that holds it. */
-function keyId(): string {
+export function keyId(): string {
   return createHmac('sha256', secretKey()).update('rollout sealed-env key id').digest('base64url').slice(0, 12);
 }
 

@@ -2,7 +2,8 @@
  * A job's own files (config.json, plan.jsonl, result.json) read and written where the job lives, a local folder or
  * an object store, through one Store per job.
  */
-import { isStoreUrl } from './location';
+import { SIGNATURE_SUFFIX, signJobFile, verifyJobFile } from '../secrets/job-file-signature';
+import { isStoreUrl, joinStoreUrl } from './location';
 import type { Store } from './store';
 import { openStore, readStoredJson, writeStoredJson } from './store';
 import { workingJobDir } from './working-dir';
@@ -26,6 +27,21 @@ export async function readJobJson<T>(jobDir: string, name: string): Promise<T | 
 
 export async function writeJobJson(jobDir: string, name: string, value: unknown): Promise<void> {
   await writeStoredJson(await jobStore(jobDir), name, value);
+}
+
+/** A job file workers act on (config.json, plan.jsonl), written with its signature beside it (`<name>.sig`). */
+export async function writeSignedJobFile(jobDir: string, name: string, content: string): Promise<void> {
+  const store = await jobStore(jobDir);
+  const body = Buffer.from(content, 'utf8');
+  await store.write(name, body);
+  await store.write(`${name}${SIGNATURE_SUFFIX}`, signJobFile(name, body));
+}
+
+/** `content` of job file `name`, checked against its signature in the job's folder or store (else thrown). */
+export async function verifySignedJobFile(jobDir: string, name: string, content: Buffer): Promise<void> {
+  const signature = await (await jobStore(jobDir)).read(`${name}${SIGNATURE_SUFFIX}`);
+  const where = isStoreUrl(jobDir) ? joinStoreUrl(jobDir, name) : path.join(jobDir, name);
+  verifyJobFile(where, name, content, signature);
 }
 
 /** Copies of a store job's files on this host, by local path: downloaded once per process. */

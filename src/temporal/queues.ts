@@ -14,6 +14,9 @@ export function hostQueue(type: EnvironmentType, hostId: string): string {
   return `${providerQueue(type)}@${hostId}`;
 }
 
+/** How long a job waits for the host that built an image to start removing it, before leaving it behind. */
+export const IMAGE_REMOVAL_START_TIMEOUT_SEC = 60;
+
 /** Whether a queue is a provider's shared queue (not a host's own, nor the job queue). */
 export function isProviderQueue(queue: string): boolean {
   return queue.startsWith('rollout-') && !queue.includes('@');

@@ -173,7 +173,8 @@ function table(rows: string[][]): string {
 
 async function timeCall(target: Target, stream: boolean): Promise<number> {
   const body = JSON.stringify({
-    model: 'scripted-model',
+    // A priced model: a job whose budget caps cost refuses calls to models it cannot price.
+    model: 'gpt-5-mini',
     stream,
     messages: [{ role: 'user', content: 'say hello' }],
     ...target.extra,

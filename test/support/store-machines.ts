@@ -25,11 +25,16 @@ export interface Machine {
   env: Record<string, string>;
 }
 
+/** The team's ROLLOUT_SECRET_KEY (base64 of 32 bytes), the same on every machine of a test. */
+const TEAM_SECRET_KEY = Buffer.alloc(32, 7).toString('base64');
+
 export async function machine(root: string, name: string, env: Record<string, string>): Promise<Machine> {
   const dir = path.join(root, name);
   const home = path.join(dir, 'home');
   await mkdir(home, { recursive: true });
-  return { name, dir, home, env: { ...env, HOME: home, XDG_CACHE_HOME: '', ROLLOUT_CACHE_DIR: '' } };
+  // Machines of one team share ROLLOUT_SECRET_KEY (docs/security.md): workers verify the job files the CLI signed.
+  const shared = { ROLLOUT_SECRET_KEY: TEAM_SECRET_KEY };
+  return { name, dir, home, env: { ...shared, ...env, HOME: home, XDG_CACHE_HOME: '', ROLLOUT_CACHE_DIR: '' } };
 }
 
 /** Worker machines, each with a copy of the workflow bundle in its own cache (else each builds it: CPU, not I/O). */

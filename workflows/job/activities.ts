@@ -2,6 +2,7 @@
 import { proxyActivities } from '@temporalio/workflow';
 
 import type { JobActivities, ProviderActivities } from '../../activities';
+import { IMAGE_REMOVAL_START_TIMEOUT_SEC } from '../../src/temporal/queues';
 import { HOUSEKEEPING_HEARTBEAT_MS } from '../trial/activities';
 
 export const { readPlanPage, writeJobResult, endedTrials } = proxyActivities<JobActivities>({
@@ -14,7 +15,7 @@ export const { readPlanPage, writeJobResult, endedTrials } = proxyActivities<Job
 export function removeImageOn(hostQueue: string): ProviderActivities['removeImage'] {
   return proxyActivities<ProviderActivities>({
     taskQueue: hostQueue,
-    scheduleToStartTimeout: '1 minute',
+    scheduleToStartTimeout: IMAGE_REMOVAL_START_TIMEOUT_SEC * 1000,
     startToCloseTimeout: '5 minutes',
     heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
     retry: { maximumAttempts: 3 },
