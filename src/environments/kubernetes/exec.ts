@@ -4,8 +4,7 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
-import { PassThrough } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 
 import type { Exec, V1Status } from '@kubernetes/client-node';
 import tarFs from 'tar-fs';
@@ -36,17 +35,19 @@ export class PodExec {
   /**
    * Runs the command through the API's websocket exec; its exit code comes from the status channel. Kubernetes exec
    * has no user, working directory or environment of its own: the command runs as the container's user, in `cwd`
-   * (else the handle's), with `env` set by `env`.
+   * (else the handle's), with `env` read from its stdin (see commandLine).
    */
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
     request.signal?.throwIfAborted();
     const shell = await this.shellOf(handle);
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const asUser = commandLine(shell, request, handle.workdir);
-    const run = await this.run(handle, asUser, {
+    // The env goes over the exec's stdin: the command is part of the request's URL (and the API server's audit log).
+    const { argv, stdin } = commandLine(shell, request, handle.workdir);
+    const run = await this.run(handle, argv, {
       stdout,
       stderr,
+      ...(stdin !== undefined ? { stdin: Readable.from([stdin]) } : {}),
       timeoutMs: request.timeoutMs,
       signal: request.signal,
     });

@@ -6,8 +6,8 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
-import type { Readable, Writable } from 'node:stream';
-import { PassThrough } from 'node:stream';
+import type { Writable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { ContainerProcess, Sandbox } from 'modal';
@@ -43,7 +43,9 @@ export class SandboxExec {
     request.signal?.throwIfAborted();
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const process = await this.start(handle, commandLine(await this.shellOf(handle), request, handle.workdir));
+    const { argv, stdin } = commandLine(await this.shellOf(handle), request, handle.workdir);
+    const process = await this.start(handle, argv);
+    if (stdin !== undefined) await writeAll(process, Readable.from([Buffer.from(stdin)]));
     const outcome = await this.outcome(handle, process, { stdout, stderr }, request);
     if (outcome.kind === 'ended') {
       return { exitCode: outcome.exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };

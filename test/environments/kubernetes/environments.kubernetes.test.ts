@@ -200,6 +200,37 @@ describe(`kubernetes environment (${ON_CLUSTER ? 'cluster' : 'stand-in API serve
     });
   });
 
+  it("keeps env values out of every process's argv and out of the exec URL (they go over stdin)", async () => {
+    const { handle } = await environment.start(startRequest('argv'));
+    try {
+      const secret = `s3cret-${Date.now()}`;
+      const urlsBefore = target.standIn?.execUrls.length ?? 0;
+      // Another user's exec goes through su, which waits for the command: every cmdline is read while both run.
+      const reader = await environment.exec(handle, {
+        command:
+          'sleep 5 & sleep 0.3; cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " "; echo; echo "[$SECRET_TOKEN]"',
+        env: { SECRET_TOKEN: secret, MULTI: 'line one\nline two' },
+        user: 'nobody',
+      });
+      assert.equal(reader.exitCode, 0, reader.stderr);
+      assert.ok(!reader.stdout.split('\n')[0]!.includes(secret), `a cmdline holds the value: ${reader.stdout}`);
+      assert.match(reader.stdout, /su -s \/bin\/sh -c .*sleep 5/s, 'the cmdlines were read, su among them');
+      assert.ok(reader.stdout.endsWith(`[${secret}]\n`), 'the command still sees the value');
+      const asRoot = await environment.exec(handle, {
+        command: 'printf "%s|%s|%s" "$(id -un)" "$MULTI" "$SECRET_TOKEN"',
+        env: { MULTI: 'line one\nline two', SECRET_TOKEN: secret },
+      });
+      assert.equal(asRoot.stdout, `root|line one\nline two|${secret}`, asRoot.stderr);
+      const urls = target.standIn?.execUrls.slice(urlsBefore) ?? [];
+      if (target.standIn) assert.ok(urls.length >= 2, 'the stand-in saw the execs');
+      for (const url of urls) {
+        assert.ok(!decodeURIComponent(url).includes(secret), `the exec URL holds the value: ${url}`);
+      }
+    } finally {
+      await environment.remove(handle);
+    }
+  });
+
   it('speaks the v4 channel protocol too (stand-in accepting only v4)', { skip: standInOnly }, async () => {
     const v4 = await startKubernetesStandIn({ dir, namespace: NAMESPACE, protocols: ['v4.channel.k8s.io'] });
     const old = new KubernetesEnvironment({

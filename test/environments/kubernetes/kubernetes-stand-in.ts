@@ -54,6 +54,8 @@ export interface KubernetesStandIn {
   deletePod(namespace: string, name: string): Promise<void>;
   /** Exec sessions opened so far, by negotiated subprotocol. */
   execProtocols: string[];
+  /** The request URL of every exec so far (what an API server's audit log and proxies keep). */
+  execUrls: string[];
   close(): Promise<void>;
 }
 
@@ -71,6 +73,7 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
   const pods = new Map<string, PodRecord>();
   const watchers = new Set<Watcher>();
   const execProtocols: string[] = [];
+  const execUrls: string[] = [];
   const protocols = options.protocols ?? ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
   let version = 1;
 
@@ -240,6 +243,7 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
   });
   server.on('upgrade', (request, socket, head) => {
     const url = new URL(request.url ?? '/', 'http://stand-in');
+    execUrls.push(request.url ?? '');
     const match = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/exec$/.exec(url.pathname);
     const record = match ? pods.get(key(match[1]!, match[2]!)) : undefined;
     if (!record?.containerId) {
@@ -278,6 +282,7 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
     url: address,
     kubeconfig,
     execProtocols,
+    execUrls,
     pods: (namespace) =>
       [...pods.values()].map((r) => r.pod).filter((p) => !namespace || p.metadata?.namespace === namespace),
     async evict(namespace, name) {
