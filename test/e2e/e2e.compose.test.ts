@@ -19,7 +19,14 @@ import { LABEL_COMPOSE_PROJECT } from '../../src/environments/docker/compose';
 import { refuseForeignSidecarTags } from '../../src/environments/docker/images';
 import { imageTag } from '../../src/environments/image-builder/builder';
 import { DockerEngine } from '../../src/environments/image-builder/engine';
-import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_PART_OF, LABEL_TRIAL } from '../../src/contracts/environment';
+import {
+  LABEL_DEPLOYMENT,
+  LABEL_ENV_KEY,
+  LABEL_HOST,
+  LABEL_JOB,
+  LABEL_PART_OF,
+  LABEL_TRIAL,
+} from '../../src/contracts/environment';
 import { TaskEnvironmentError } from '../../src/contracts/environment';
 import { environmentKey } from '../../src/environments/env-key';
 import type { TrialResult } from '../../src/results/trial-result';
@@ -183,7 +190,10 @@ describe('docker-compose projects, at the environment level', () => {
     const ours = `${mainTag}-svc-db`;
     const victim = `rollout-h7-victim-${randomBytes(3).toString('hex')}:latest`;
     // One image with Rollout's sidecar tag and a foreign one, as a build that got around the compose policy makes.
-    const labels = ['--label', `${LABEL_PART_OF}=${key}`, '--label', `${LABEL_JOB}=${envJob}`];
+    const labels = [`${LABEL_PART_OF}=${key}`, `${LABEL_ENV_KEY}=${key}`, `${LABEL_JOB}=${envJob}`].flatMap((l) => [
+      '--label',
+      l,
+    ]);
     execFileSync('docker', ['build', '-q', '-t', ours, '-t', victim, ...labels, '-'], {
       input: 'FROM debian:bookworm-slim\n',
     });

@@ -8,6 +8,7 @@ import { hasDockerfileIn } from '../dockerfile';
 import type { InstallSnapshots } from '../../contracts/environment';
 import {
   LABEL_AGENT,
+  LABEL_ENV_KEY,
   LABEL_JOB,
   LABEL_PART_OF,
   LABEL_SNAPSHOT_OF,
@@ -68,7 +69,10 @@ export function composeParts(engine: DockerEngine): BuildParts {
  * job's environment, a base image), removes the foreign tag and fails the build.
  */
 export async function refuseForeignSidecarTags(engine: DockerEngine, envKey: string, mainTag: string): Promise<void> {
-  const images = await engine.docker.listImages({ filters: { label: [`${LABEL_PART_OF}=${envKey}`] } });
+  // Both labels are set by the build's own --label (over any LABEL of a Dockerfile): another environment's image cannot
+  // claim to be part of this one and so lose its tags here.
+  const label = [`${LABEL_PART_OF}=${envKey}`, `${LABEL_ENV_KEY}=${envKey}`];
+  const images = await engine.docker.listImages({ filters: { label } });
   const foreign = images
     .flatMap((image) => image.RepoTags ?? [])
     .filter((tag) => tag !== '<none>:<none>' && !tag.startsWith(`${mainTag}-svc-`));
