@@ -1,3 +1,4 @@
+import type { AgentRun } from '../src/contracts/agent';
 import { SolutionNotFoundError } from '../src/contracts/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
@@ -19,13 +20,6 @@ import { startTaskStep, taskStepSpec } from './task-step';
 import { leftoversKilledByVerifier } from './verify';
 import { trialLayout } from '../src/contracts/paths';
 
-/**
- * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
- * killed first); the activity's Temporal timeout is only a safety margin above it, so Temporal retries crashes,
- * never slow agents. An agent on the model gateway gets a token valid only while this step runs; if its last model
- * call failed (after the gateway's own retries), the trial ends in that failure's type (ApiUnreachableError, …),
- * whether the agent exited or timed out, and job.yaml `retry` runs it again.
- */
 /** The agent's `tokens`, `sampling` and `replicas`, and the job's policy version, as the gateway takes them. */
 function rlOptions(
   deps: ActivityDeps,
@@ -57,6 +51,60 @@ function noteLine(spec: AgentStepInput['spec'], line: string): Promise<void> {
   });
 }
 
+/** The trial's gateway session: its token, upstreams, limits, budget and RL options. */
+function openTrialSession(
+  deps: ActivityDeps,
+  spec: AgentStepInput['spec'],
+  config: AgentConfig,
+  run: AgentRun
+): Promise<TrialSession> {
+  return deps.gateway.openTrial({
+    trialId: spec.trialId,
+    jobName: spec.jobName,
+    agentDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
+    upstreams: upstreamsFromEnv(run.env),
+    rateLimits: spec.rateLimits ?? [],
+    ...(config.limits ? { limits: config.limits } : {}),
+    ...(spec.budgeted ? { budget: { jobName: spec.jobName, agentName: spec.agentName } } : {}),
+    ...rlOptions(deps, spec, config, (line) => void noteLine(spec, line)),
+  });
+}
+
+/**
+ * The way from the container to the session, and the agent's env pointing at it. A cloud sandbox reaches it through
+ * a relay running for this step only (src/gateway/relay/channel.ts).
+ */
+async function openChannel(
+  deps: ActivityDeps,
+  spec: AgentStepInput['spec'],
+  session: TrialSession,
+  run: AgentRun
+): Promise<GatewayChannel> {
+  const logged = (line: string) =>
+    log(spec, 'execute', line).catch((err: unknown) => {
+      logLine.warn(`trial log of ${spec.trialName}: ${(err as Error).message}`);
+    });
+  const channel = await openGatewayChannel(deps.gateway, session, run.environment, run.handle, process.env, {
+    onLog: (line) => void logged(`gateway relay: ${line}`),
+    // A relay that broke the protocol is stopped; so is the agent, and the step fails in executeAgent.
+    onFailure: (message) => {
+      void logged(message);
+      run.environment.killAll(run.handle).catch((err: unknown) => void logged(`ending the agent: ${String(err)}`));
+    },
+  });
+  await log(spec, 'execute', `the agent reaches the model through ${channel.description}`);
+  run.gateway = channel.access;
+  run.env = gatewayEnv(run.env, run.gateway);
+  return channel;
+}
+
+/**
+ * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
+ * killed first); the activity's Temporal timeout is only a safety margin above it, so Temporal retries crashes,
+ * never slow agents. An agent on the model gateway gets a token valid only while this step runs; if its last model
+ * call failed (after the gateway's own retries), the trial ends in that failure's type (ApiUnreachableError, …),
+ * whether the agent exited or timed out, and job.yaml `retry` runs it again.
+ */
 export function executeAgent(deps: ActivityDeps) {
   return async function executeAgent(input: AgentStepInput): Promise<ExecuteOutcome> {
     const { spec, taskStep } = input;
@@ -69,34 +117,8 @@ export function executeAgent(deps: ActivityDeps) {
         await heartbeating((signal) => startTaskStep(run.environment, run.handle, spec, task, taskStep, signal));
       }
       if (usesGateway(config)) {
-        session = await deps.gateway.openTrial({
-          trialId: spec.trialId,
-          jobName: spec.jobName,
-          agentDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
-          upstreams: upstreamsFromEnv(run.env),
-          rateLimits: spec.rateLimits ?? [],
-          ...(config.limits ? { limits: config.limits } : {}),
-          ...(spec.budgeted ? { budget: { jobName: spec.jobName, agentName: spec.agentName } } : {}),
-          ...rlOptions(deps, spec, config, (line) => void noteLine(spec, line)),
-        });
-        // A cloud sandbox reaches it through a relay running for this step only (src/gateway/relay/channel.ts).
-        const logged = (line: string) =>
-          log(spec, 'execute', line).catch((err: unknown) => {
-            logLine.warn(`trial log of ${spec.trialName}: ${(err as Error).message}`);
-          });
-        channel = await openGatewayChannel(deps.gateway, session, run.environment, run.handle, process.env, {
-          onLog: (line) => void logged(`gateway relay: ${line}`),
-          // A relay that broke the protocol is stopped; so is the agent, and the step fails below.
-          onFailure: (message) => {
-            void logged(message);
-            run.environment
-              .killAll(run.handle)
-              .catch((err: unknown) => void logged(`ending the agent: ${String(err)}`));
-          },
-        });
-        await log(spec, 'execute', `the agent reaches the model through ${channel.description}`);
-        run.gateway = channel.access;
-        run.env = gatewayEnv(run.env, run.gateway);
+        session = await openTrialSession(deps, spec, config, run);
+        channel = await openChannel(deps, spec, session, run);
       }
       await log(spec, 'execute', `running agent ${spec.agentName} (timeout ${timeoutSec} s)`);
       // Whatever the agent left running (a daemon rewriting what the verifier checks) must not run during
