@@ -30,6 +30,17 @@ import type { StartFiles } from './start-files';
 /** The daemon's refusal of --storage-opt size (overlay2 needs xfs with pquota for it). */
 const STORAGE_OPT_UNSUPPORTED = /storage[- ]?opt|quota|backing filesystem/i;
 
+/** What start derives from the request and the image before it creates anything. */
+interface ContainerShape {
+  gpus: Docker.DeviceRequest[];
+  workdir: string;
+  keepAlive: { Entrypoint?: string[]; Cmd: string[] };
+  labels: Record<string, string>;
+  nanoCpus: number;
+  composeFile: string | null;
+  publicNetworks: string;
+}
+
 export class DockerContainers {
   private hostCpus: number | undefined;
   private storageOptUnsupported = false;
@@ -58,10 +69,16 @@ export class DockerContainers {
   }
 
   async start(request: StartRequest): Promise<StartResult> {
-    const gpus = request.gpus ? await this.gpuRequest(request.gpus) : [];
     // A separate verifier's environment of an earlier, crashed attempt goes first; the trial's own is replaced when
     // its name is found taken (see createContainer).
     if (request.role) await this.cleanup.removeRole(request.trialId, request.role);
+    const shape = await this.containerShape(request);
+    return shape.composeFile ? this.startCompose(request, shape, shape.composeFile) : this.startAlone(request, shape);
+  }
+
+  /** What the trial's container is made of, the same whether it runs alone or as a compose project's main service. */
+  private async containerShape(request: StartRequest): Promise<ContainerShape> {
+    const gpus = request.gpus ? await this.gpuRequest(request.gpus) : [];
     const imageConfig = (await this.engine.docker.getImage(request.image).inspect()).Config;
     // An install snapshot is committed from one of our containers, so it may carry our keep-alive as its ENTRYPOINT:
     // that is no entrypoint of the task's (adding `sleep infinity` as the command again would make PID 1 exit).
@@ -71,14 +88,6 @@ export class DockerContainers {
     // leaves it standing; no init, it would be PID 1 and its child `sleep` would die with the rest. With one, it
     // runs as Harbor runs it (tasks start services there) and only the command that keeps the container up is ours.
     const keepAlive = entrypoint.length ? { Cmd: [...KEEP_ALIVE] } : { Entrypoint: [...KEEP_ALIVE], Cmd: [] };
-    const labels = {
-      [LABEL_JOB]: request.jobName,
-      [LABEL_TRIAL]: request.trialId,
-      [LABEL_HOST]: this.engine.owner.hostId,
-      [LABEL_WORKER]: request.workerId,
-      [LABEL_DEPLOYMENT]: this.engine.owner.deployment,
-      ...(request.role ? { [LABEL_ROLE]: request.role } : {}),
-    };
     const nanoCpus = await this.nanoCpus(request.resources.cpus);
     const composeFile = request.environmentDir && !request.role ? await taskComposeFile(request.environmentDir) : null;
     // The networks a phase with network joins (setNetwork): the trial's own, which no-network leaves. A compose
@@ -86,38 +95,55 @@ export class DockerContainers {
     const publicNetworks = composeFile
       ? `${projectName(request.trialName, request.trialId)}_default`
       : await this.parts.network.trialNetwork();
-    Object.assign(labels, { [LABEL_PUBLIC_NETWORKS]: publicNetworks });
-    if (composeFile) {
-      const main = {
-        image: request.image,
-        entrypoint: keepAlive.Entrypoint,
-        command: keepAlive.Cmd,
-        working_dir: workdir,
-        environment: request.env,
-        cpus: nanoCpus / 1e9,
-        mem_limit: Math.round(request.resources.memoryBytes),
-        memswap_limit: Math.round(request.resources.memoryBytes),
-        pids_limit: request.resources.pidsLimit,
-        // (Capabilities and no-new-privileges: every service gets them, see hardenModel.)
-        ...(request.network === 'none' ? { network_mode: 'none' } : {}),
-        ...(gpus.length
-          ? {
-              deploy: {
-                resources: {
-                  reservations: { devices: [{ driver: 'nvidia', count: request.gpus, capabilities: ['gpu'] }] },
-                },
+    const labels = {
+      [LABEL_JOB]: request.jobName,
+      [LABEL_TRIAL]: request.trialId,
+      [LABEL_HOST]: this.engine.owner.hostId,
+      [LABEL_WORKER]: request.workerId,
+      [LABEL_DEPLOYMENT]: this.engine.owner.deployment,
+      ...(request.role ? { [LABEL_ROLE]: request.role } : {}),
+      [LABEL_PUBLIC_NETWORKS]: publicNetworks,
+    };
+    return { gpus, workdir, keepAlive, labels, nanoCpus, composeFile, publicNetworks };
+  }
+
+  /** The task's docker-compose project, with the trial's container as its main service. */
+  private async startCompose(request: StartRequest, shape: ContainerShape, composeFile: string): Promise<StartResult> {
+    const { gpus, keepAlive, workdir, nanoCpus, labels } = shape;
+    const main = {
+      image: request.image,
+      entrypoint: keepAlive.Entrypoint,
+      command: keepAlive.Cmd,
+      working_dir: workdir,
+      environment: request.env,
+      cpus: nanoCpus / 1e9,
+      mem_limit: Math.round(request.resources.memoryBytes),
+      memswap_limit: Math.round(request.resources.memoryBytes),
+      pids_limit: request.resources.pidsLimit,
+      // (Capabilities and no-new-privileges: every service gets them, see hardenModel.)
+      ...(request.network === 'none' ? { network_mode: 'none' } : {}),
+      ...(gpus.length
+        ? {
+            deploy: {
+              resources: {
+                reservations: { devices: [{ driver: 'nvidia', count: request.gpus, capabilities: ['gpu'] }] },
               },
-            }
-          : {}),
-      };
-      await this.cleanup.removeTrial(request.trialId); // a project of an earlier, crashed attempt
-      const { id, unenforced } = await this.startComposeWithStorage(request, composeFile, main, labels);
-      const handle = { id, workdir };
-      await this.files.put(handle, request.files);
-      await this.files.setUp(handle, request.setup, { bound: [], written: [] });
-      for (const user of request.users ?? []) await this.assertUser(handle, user);
-      return { handle, unenforced };
-    }
+            },
+          }
+        : {}),
+    };
+    await this.cleanup.removeTrial(request.trialId); // a project of an earlier, crashed attempt
+    const { id, unenforced } = await this.startComposeWithStorage(request, composeFile, main, labels);
+    const handle = { id, workdir };
+    await this.files.put(handle, request.files);
+    await this.files.setUp(handle, request.setup, { bound: [], written: [] });
+    for (const user of request.users ?? []) await this.assertUser(handle, user);
+    return { handle, unenforced };
+  }
+
+  /** One container of its own (a task without compose, or a separate verifier's environment). */
+  private async startAlone(request: StartRequest, shape: ContainerShape): Promise<StartResult> {
+    const { gpus, keepAlive, workdir, nanoCpus, labels, publicNetworks } = shape;
     const options: Docker.ContainerCreateOptions = {
       name: containerName(request.trialName, request.trialId, request.role),
       Image: request.image,
@@ -158,10 +184,6 @@ export class DockerContainers {
     return { handle, unenforced };
   }
 
-  /**
-   * Main's storage limit as compose's `storage_opt`, as createContainer does it: a daemon that refuses it (overlay2
-   * needs xfs with pquota) is not asked again, and the limit is reported unenforced.
-   */
   private async startComposeWithStorage(
     request: StartRequest,
     composeFile: string,
