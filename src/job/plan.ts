@@ -20,6 +20,7 @@ import type { TaskResources } from '../contracts/task-config';
 import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
 import { readJobJson } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
+import type { LoadedDataset } from './datasets';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from '../contracts/job-config';
@@ -81,7 +82,6 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   for (const task of datasets.flatMap((d) => d.tasks)) taskCounts.set(task.name, (taskCounts.get(task.name) ?? 0) + 1);
 
   const warnings: string[] = [...loaded.warnings];
-  const allow = job.environment.task_env_allow;
   const trials: TrialSpec[] = [];
   for (const dataset of datasets) {
     for (const task of dataset.tasks) {
@@ -91,54 +91,12 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
       for (let attempt = 1; attempt <= job.n_attempts; attempt++) {
         for (const agent of job.agents) {
           const trialName = uniqueFolderName(`${prefix}${task.name}__${agent.name}__${attempt}`);
-          trials.push({
-            jobName: job.name,
-            jobDir,
-            jobWorkflowId: workflowId,
-            trialId: boundedId(`${job.name}/${trialName}`),
-            trialName,
-            taskName: task.name,
-            taskDir: task.dir,
-            ...(task.source ? { taskSource: task.source } : {}),
-            datasetName: dataset.name,
-            agentName: agent.name,
-            ...(installsNothing(agent) ? { agentWithoutInstall: agentInfo(agent) } : {}),
-            attempt,
-            environmentType: job.environment.type,
-            envKey,
-            timeouts: stepTimeouts(job, task, agent),
-            resources: trialResources(job.environment, task.resources),
-            collectLimits: {
-              maxBytes: parseBytes(job.environment.collect_max_bytes),
-              maxFiles: job.environment.collect_max_files,
-            },
-            forceBuild: job.environment.force_build,
-            verify: !job.verifier.disable,
-            hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
-            environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
-            ...creationPace(job.environment.type, job.environment.creates_per_second),
-            ...(job.environment.task_env_allow.length ? { taskEnvAllow: job.environment.task_env_allow } : {}),
-            ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
-            ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
-            ...(job.budget ? { budgeted: true } : {}),
-            ...(job.policy_version !== undefined || agent.tokens ? { policyVersion: job.policy_version ?? null } : {}),
-            retry: job.retry
-              ? {
-                  errorTypes: job.retry.error_types,
-                  maxRetries: job.retry.max_retries,
-                  minWaitSec: job.retry.min_wait_sec,
-                  maxWaitSec: job.retry.max_wait_sec,
-                }
-              : DEFAULT_RETRY_POLICY,
-          });
+          trials.push(
+            trialSpec(job, { jobDir, workflowId, ...options }, { dataset, task, agent, attempt, envKey, trialName })
+          );
         }
       }
-      for (const problem of taskEnvProblems(task.config, path.join(task.dir, 'task.toml'), allow)) {
-        warnings.push(`${formatProblem(problem)}: its trials end in MissingEnvironmentVariableError before they build`);
-      }
-      if (!task.hasSolution && job.agents.some(isOracle)) {
-        warnings.push(`${task.dir}: no solution/solve.sh, so its oracle trials will end in SolutionNotFoundError`);
-      }
+      warnings.push(...taskWarnings(job, task));
     }
   }
 
@@ -164,6 +122,85 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
     warnings,
     unsetEnvVars,
   };
+}
+
+/** Where the job's trials go, the same for every trial. */
+interface JobPlace {
+  jobDir: string;
+  workflowId: string;
+  hostLostTimeoutSec?: number;
+}
+
+/** One trial of the plan: this task's attempt by this agent. */
+interface TrialSlot {
+  dataset: LoadedDataset;
+  task: Task;
+  agent: AgentConfig;
+  attempt: number;
+  envKey: string;
+  trialName: string;
+}
+
+/** The spec a trial workflow runs from: everything it needs, read once here. */
+function trialSpec(job: ResolvedJob, place: JobPlace, slot: TrialSlot): TrialSpec {
+  const { jobDir, workflowId } = place;
+  const { dataset, task, agent, attempt, envKey, trialName } = slot;
+  return {
+    jobName: job.name,
+    jobDir,
+    jobWorkflowId: workflowId,
+    trialId: boundedId(`${job.name}/${trialName}`),
+    trialName,
+    taskName: task.name,
+    taskDir: task.dir,
+    ...(task.source ? { taskSource: task.source } : {}),
+    datasetName: dataset.name,
+    agentName: agent.name,
+    ...(installsNothing(agent) ? { agentWithoutInstall: agentInfo(agent) } : {}),
+    attempt,
+    environmentType: job.environment.type,
+    envKey,
+    timeouts: stepTimeouts(job, task, agent),
+    resources: trialResources(job.environment, task.resources),
+    collectLimits: {
+      maxBytes: parseBytes(job.environment.collect_max_bytes),
+      maxFiles: job.environment.collect_max_files,
+    },
+    forceBuild: job.environment.force_build,
+    verify: !job.verifier.disable,
+    hostLostTimeoutSec: place.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
+    environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
+    ...creationPace(job.environment.type, job.environment.creates_per_second),
+    ...(job.environment.task_env_allow.length ? { taskEnvAllow: job.environment.task_env_allow } : {}),
+    ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
+    ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),
+    ...(job.budget ? { budgeted: true } : {}),
+    ...(job.policy_version !== undefined || agent.tokens ? { policyVersion: job.policy_version ?? null } : {}),
+    retry: job.retry
+      ? {
+          errorTypes: job.retry.error_types,
+          maxRetries: job.retry.max_retries,
+          minWaitSec: job.retry.min_wait_sec,
+          maxWaitSec: job.retry.max_wait_sec,
+        }
+      : DEFAULT_RETRY_POLICY,
+  };
+}
+
+/** What the job's start warns about a task: env it needs and is not allowed, an oracle without a solution. */
+function taskWarnings(job: ResolvedJob, task: Task): string[] {
+  const warnings: string[] = [];
+  for (const problem of taskEnvProblems(
+    task.config,
+    path.join(task.dir, 'task.toml'),
+    job.environment.task_env_allow
+  )) {
+    warnings.push(`${formatProblem(problem)}: its trials end in MissingEnvironmentVariableError before they build`);
+  }
+  if (!task.hasSolution && job.agents.some(isOracle)) {
+    warnings.push(`${task.dir}: no solution/solve.sh, so its oracle trials will end in SolutionNotFoundError`);
+  }
+  return warnings;
 }
 
 /** task.toml limits × timeout_multiplier, with the job's verifier override and ceiling applied. */
