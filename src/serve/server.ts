@@ -33,6 +33,16 @@ export interface ServeDeps {
 export function buildServer(deps: ServeDeps): FastifyInstance {
   // No request logging: /init bodies carry API keys.
   const app = Fastify({ logger: false, bodyLimit: 16 * 1024 * 1024 });
+  requireToken(app, deps);
+  const routes = serveRoutes(deps);
+  for (const route of routes) registerRoute(app, route);
+  const openapi = openApiDocument(routes);
+  app.get('/openapi.json', () => Promise.resolve(openapi));
+  return app;
+}
+
+/** Every request but the public paths carries the bearer token. */
+function requireToken(app: FastifyInstance, deps: ServeDeps): void {
   const expected = Buffer.from(`Bearer ${deps.token}`);
   app.addHook('onRequest', async (request, reply) => {
     const pathname = request.url.split('?')[0]!;
@@ -44,7 +54,10 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
       await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'missing or wrong bearer token' });
     }
   });
+}
 
+/** The remote-rollout routes (Eval Protocol's among them), then the further ones the deps bring. */
+function serveRoutes(deps: ServeDeps): Route[] {
   const statusRoute: Route = {
     method: 'GET',
     path: '/status',
@@ -56,7 +69,7 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
       return (await deps.rollouts.status(id)) ?? reply.code(404).send({ error: `no rollout "${id}"` });
     },
   };
-  const routes: Route[] = [
+  return [
     {
       method: 'GET',
       path: '/health',
@@ -97,33 +110,31 @@ export function buildServer(deps: ServeDeps): FastifyInstance {
     ...evalProtocolRoutes(deps.rollouts, statusRoute),
     ...(deps.routes ?? []),
   ];
+}
 
-  for (const route of routes) {
-    app.route({
-      method: route.method,
-      url: route.path,
-      handler: async (request: FastifyRequest, reply: FastifyReply) => {
-        const input = { body: request.body, query: request.query, params: request.params };
-        for (const part of ['body', 'query', 'params'] as const) {
-          const schema = route[part];
-          if (!schema) continue;
-          const parsed = schema.safeParse(input[part] ?? {});
-          if (!parsed.success) {
-            // Every problem at once, so a client fixes its request in one pass.
-            const problems = parsed.error.issues.map(
-              (issue) => `${[part, ...issue.path.map(String)].join('.')}: ${issue.message}`
-            );
-            return reply.code(400).send({ error: problems.join('; ') });
-          }
-          input[part] = parsed.data;
+/** A route whose body, query and params are validated by its zod schemas before its handler runs. */
+function registerRoute(app: FastifyInstance, route: Route): void {
+  app.route({
+    method: route.method,
+    url: route.path,
+    handler: async (request: FastifyRequest, reply: FastifyReply) => {
+      const input = { body: request.body, query: request.query, params: request.params };
+      for (const part of ['body', 'query', 'params'] as const) {
+        const schema = route[part];
+        if (!schema) continue;
+        const parsed = schema.safeParse(input[part] ?? {});
+        if (!parsed.success) {
+          // Every problem at once, so a client fixes its request in one pass.
+          const problems = parsed.error.issues.map(
+            (issue) => `${[part, ...issue.path.map(String)].join('.')}: ${issue.message}`
+          );
+          return reply.code(400).send({ error: problems.join('; ') });
         }
-        return route.handler(input, reply);
-      },
-    });
-  }
-  const openapi = openApiDocument(routes);
-  app.get('/openapi.json', () => Promise.resolve(openapi));
-  return app;
+        input[part] = parsed.data;
+      }
+      return route.handler(input, reply);
+    },
+  });
 }
 
 function isLoopback(address: string): boolean {
