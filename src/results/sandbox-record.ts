@@ -11,6 +11,7 @@ import path from 'node:path';
 
 import { z } from 'zod';
 
+import { trialLayout } from '../contracts/paths';
 import { jobFiles } from './files';
 
 const RecordLine = z.discriminatedUnion('event', [
@@ -35,7 +36,7 @@ export interface RecordedSandbox {
 }
 
 function recordFile(jobDir: string, trialName: string): string {
-  return path.join(jobFiles.trialDir(jobDir, trialName), 'sandboxes.jsonl');
+  return trialLayout(jobFiles.trialDir(jobDir, trialName)).sandboxes;
 }
 
 /** Appends one event (its time added) to the trial's record. */
