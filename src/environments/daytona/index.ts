@@ -25,12 +25,13 @@ import type {
 } from '../environment';
 import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
 import type { CollectBudget } from '../host-files';
+import type { StagedTransfer } from '../kit/tar-transfer';
 import { packedFiles } from '../archives';
 import { KILL_ALL } from '../trial-container';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
-import { SandboxFiles } from './files';
+import { sandboxFiles } from './files';
 import { daytonaSettings } from './settings';
 import { DaytonaSnapshots, sandboxSize } from './snapshots';
 
@@ -47,7 +48,7 @@ export class DaytonaEnvironment implements Environment {
   private readonly owner: EnvironmentOwner;
   private readonly clients = new DaytonaClients();
   private readonly execs: SandboxExec;
-  private readonly files: SandboxFiles;
+  private readonly files: StagedTransfer;
   private readonly images: DaytonaSnapshots;
   private readonly quotaWaitMs: number | undefined;
 
@@ -55,7 +56,7 @@ export class DaytonaEnvironment implements Environment {
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     this.execs = new SandboxExec(this.clients);
-    this.files = new SandboxFiles(this.clients, this.execs);
+    this.files = sandboxFiles(this.clients, this.execs);
     this.images = new DaytonaSnapshots(this.clients, this.quotaWaitMs);
     this.snapshots = this.images.installSnapshots();
   }

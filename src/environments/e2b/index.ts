@@ -26,8 +26,9 @@ import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../environm
 import { packedFiles } from '../archives';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
+import type { StagedTransfer } from '../kit/tar-transfer';
 import { SandboxCommands } from './commands';
-import { SandboxFiles } from './files';
+import { sandboxFiles } from './files';
 import { E2B_KILL_ALL } from './kill-all';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
@@ -54,14 +55,14 @@ export class E2BEnvironment implements Environment {
   private readonly connected = new Map<string, Promise<Sandbox>>();
   private readonly building = new Map<string, Promise<{ image: string; fresh: boolean }>>();
   private readonly commands: SandboxCommands;
-  private readonly files: SandboxFiles;
+  private readonly files: StagedTransfer;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     const sandboxOf = (handle: EnvironmentHandle) => this.sandbox(handle.id);
     this.commands = new SandboxCommands(sandboxOf);
-    this.files = new SandboxFiles(sandboxOf, this.commands);
+    this.files = sandboxFiles(sandboxOf, this.commands);
     this.snapshots = e2bSnapshots(this.quotaWaitMs);
   }
 
@@ -145,7 +146,7 @@ export class E2BEnvironment implements Environment {
     const pwd = await sandbox.commands.run('pwd', { user: 'root' });
     const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
     const started = { id: handle.id, workdir };
-    if (request.files?.length) await this.files.extractAtRoot(started, packedFiles(request.files), 'start files');
+    if (request.files?.length) await this.files.extractAtRoot(started, packedFiles(request.files));
     const command = [
       'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
       ...(request.setup ? [request.setup] : []),

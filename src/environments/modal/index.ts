@@ -28,9 +28,11 @@ import type {
 import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
+import type { StreamedTransfer } from '../kit/tar-transfer';
 import { KEEP_ALIVE, KILL_ALL } from '../trial-container';
 import { ModalConnection, isGone, sdkMessage } from './client';
 import { SandboxExec } from './exec';
+import { sandboxFiles } from './files';
 import { ModalImages } from './images';
 import { modalInstallSnapshots } from './snapshots';
 import type { ModalSettings } from './settings';
@@ -50,6 +52,7 @@ export class ModalEnvironment implements Environment {
   private readonly connection: ModalConnection;
   private readonly images: ModalImages;
   private readonly execs: SandboxExec;
+  private readonly files: StreamedTransfer;
   readonly snapshots: InstallSnapshots;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
@@ -57,6 +60,7 @@ export class ModalEnvironment implements Environment {
     this.connection = new ModalConnection(options.quotaWaitMs);
     this.images = new ModalImages(this.connection);
     this.execs = new SandboxExec(this.connection);
+    this.files = sandboxFiles(this.execs);
     this.snapshots = modalInstallSnapshots(this.connection, TAG_IMAGE);
   }
 
@@ -106,7 +110,7 @@ export class ModalEnvironment implements Environment {
     // The image's WORKDIR, where an exec starts when the task names none (the sandbox keeps the image's).
     const workdir = request.workdir ?? (await this.execs.exec({ id, workdir: '' }, { command: 'pwd' })).stdout.trim();
     const handle = { id, workdir: workdir || '/' };
-    if (request.files?.length) await this.execs.extractAtRoot(handle, packedFiles(request.files));
+    if (request.files?.length) await this.files.extractAtRoot(handle, packedFiles(request.files));
     const users = (request.users ?? []).map(
       (user) => `id -u ${shellQuote(user)} >/dev/null || { echo ${shellQuote(`no user ${user}`)} >&2; exit 1; }`
     );
@@ -136,11 +140,11 @@ export class ModalEnvironment implements Environment {
   }
 
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.execs.upload(handle, hostPath, containerPath);
+    return this.files.upload(handle, hostPath, containerPath);
   }
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.execs.download(handle, containerPath, hostDir, budget);
+    return this.files.download(handle, containerPath, hostDir, budget);
   }
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
