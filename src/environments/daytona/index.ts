@@ -5,6 +5,7 @@
  * sandbox whose worker died is deleted by Daytona soon after. Sandboxes are reached through the API from any worker.
  */
 import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
 
 import type { PhaseNetwork } from '../../task/policy';
 import type { EnvironmentHandle } from '../../trial/types';
@@ -23,10 +24,10 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
+import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL } from '../environment';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
 import type { StagedTransfer } from '../kit/tar-transfer';
-import { packedFiles } from '../archives';
 import { KILL_ALL } from '../trial-container';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
@@ -144,19 +145,17 @@ export class DaytonaEnvironment implements Environment {
     });
     this.clients.remember(sandbox);
     const handle = { id: sandbox.id, workdir: '/' };
-    if (request.files?.length) await this.files.extractAtRoot(handle, packedFiles(request.files));
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
+    const carrier = {
+      where: 'the sandbox',
+      extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      runAsRoot: (at: EnvironmentHandle, script: string) => this.execs.root(at.id, script),
+    };
+    const output = await prepareStart(handle, request, carrier, {
       // The image's WORKDIR (the daemon's own), where an exec starts when the task names none; Daytona starts the
       // daemon of an image without one in the user's home and says so: that is `/` on Docker.
-      'if [ "$DAYTONA_USER_HOME_AS_WORKDIR" = true ]; then echo /; else pwd; fi',
-    ].join(' && ');
-    const made = await this.execs.root(sandbox.id, command);
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the sandbox: ${made.output}`);
-    }
-    handle.workdir = request.workdir ?? (made.output.trim().split('\n').pop() || '/');
+      last: ['if [ "$DAYTONA_USER_HOME_AS_WORKDIR" = true ]; then echo /; else pwd; fi'],
+    });
+    handle.workdir = request.workdir ?? (output.trim().split('\n').pop() || '/');
     // Daytona has no per-sandbox process limit; a size rounded up to whole CPUs and GiB is not the task's exact one.
     return { handle, unenforced: ['pids', ...size.inexact] };
   }

@@ -22,10 +22,10 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
-import { packedFiles } from '../archives';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
 import type { StagedTransfer } from '../kit/tar-transfer';
 import { SandboxCommands } from './commands';
 import { sandboxFiles } from './files';
@@ -146,15 +146,14 @@ export class E2BEnvironment implements Environment {
     const pwd = await sandbox.commands.run('pwd', { user: 'root' });
     const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
     const started = { id: handle.id, workdir };
-    if (request.files?.length) await this.files.extractAtRoot(started, packedFiles(request.files));
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
-    ].join(' && ');
-    const made = await this.commands.exec(started, { command, cwd: '/' });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the sandbox: ${made.stderr}`);
-    }
+    await prepareStart(started, request, {
+      where: 'the sandbox',
+      extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      runAsRoot: async (at, command) => {
+        const { exitCode, stderr } = await this.commands.exec(at, { command, cwd: '/' });
+        return { exitCode, output: stderr };
+      },
+    });
     return { handle: started, unenforced: unenforced(request, settings) };
   }
 

@@ -20,8 +20,8 @@ import type {
   StartResult,
 } from '../environment';
 import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../environment';
-import { packedFiles } from '../archives';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
 import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../image-builder/engine';
 import { RegistryImages } from '../image-builder/registry-images';
@@ -99,13 +99,15 @@ export class FlyEnvironment implements Environment {
       await this.waitStarted(app, machine.id, request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS, request.signal);
       const workdir = request.workdir ?? (await this.imageWorkdir({ id, workdir: '/' }));
       const handle = { id, workdir };
-      if (request.files?.length) await this.execs.extractAtRoot(handle, packedFiles(request.files));
-      await this.execs.run(
-        handle,
-        ['mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier', request.setup]
-          .filter(Boolean)
-          .join(' && ')
-      );
+      await prepareStart(handle, request, {
+        where: 'the machine',
+        extractAtRoot: (at, archive) => this.execs.extractAtRoot(at, archive),
+        // Started detached and polled (MachineExec.exec): a setup may take longer than one request may.
+        runAsRoot: async (at, command) => {
+          const { exitCode, stderr } = await this.execs.exec(at, { command, cwd: '/', signal: request.signal });
+          return { exitCode, output: stderr };
+        },
+      });
       return { handle, unenforced: ['storage', 'pids'], ...(warning ? { warnings: [warning] } : {}) };
     } catch (err) {
       await api.destroy(app, machine.id);

@@ -22,6 +22,7 @@ import type {
 } from '../environment';
 import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
@@ -33,7 +34,6 @@ import { PodExec } from './exec';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
-import { packedFiles } from '../archives';
 
 export { PodLostError } from './cluster';
 
@@ -121,15 +121,15 @@ export class KubernetesEnvironment implements Environment {
     // The image's WORKDIR, where an exec starts when the task names none (the pod spec keeps the image's).
     const workdir = request.workdir ?? (await this.execs.exec({ id, workdir: '' }, { command: 'pwd' })).stdout.trim();
     const handle = { id, workdir: workdir || '/' };
-    if (request.files?.length) await this.files.extractAtRoot(handle, packedFiles(request.files));
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
-    ].join(' && ');
-    const made = await this.execs.exec(handle, { command });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the pod: ${made.stderr}`);
-    }
+    // As the container's user: Kubernetes exec has no other (root in the images tasks use).
+    await prepareStart(handle, request, {
+      where: 'the pod',
+      extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      runAsRoot: async (at, command) => {
+        const { exitCode, stderr } = await this.execs.exec(at, { command });
+        return { exitCode, output: stderr };
+      },
+    });
     // Kubernetes has no per-pod process limit (a kubelet setting): pids_limit is not enforced. Its exec cannot switch
     // users, so task.toml's [agent]/[verifier] user is not either.
     return { handle, unenforced: ['pids', ...(request.users?.length ? ['user'] : [])] };
