@@ -48,6 +48,24 @@ export default tseslint.config(
     },
   },
   {
+    // Contracts are the leaf ring: what a job, a task, a trial, a provider and an agent are. They import each other,
+    // zod and Node's built-ins, nothing else of the project (type imports included), so every layer can use them.
+    files: ['src/contracts/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(?!zod$|node:|\\./)',
+              message: 'src/contracts imports only other contracts (./), zod and node: built-ins.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Workflow code is replayed deterministically inside Temporal's sandbox: no Node built-ins, no I/O.
     files: ['workflows/**/*.ts'],
     rules: {

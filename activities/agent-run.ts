@@ -1,23 +1,23 @@
 import { createHash } from 'node:crypto';
-import path from 'node:path';
 
 import { Context } from '@temporalio/activity';
 
-import type { AgentRun } from '../src/agents/agent';
-import { instructionVariable } from '../src/agents/agent';
+import type { AgentRun } from '../src/contracts/agent';
+import { instructionVariable } from '../src/contracts/agent';
 import { catalogueAgent, loadAgentConfig } from '../src/agents/config';
 import { createAgent } from '../src/agents/create';
 import { installPlan } from '../src/agents/installed';
 import { providerOf } from '../src/environments';
 import { CA_TRUST_ENV } from '../src/environments/ca-trust';
-import { INSTRUCTION_FILE } from '../src/environments/environment';
-import type { AgentConfig, EnvironmentType } from '../src/job/schema';
+import { INSTRUCTION_FILE } from '../src/contracts/environment';
+import type { AgentConfig, EnvironmentType } from '../src/contracts/job-config';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { taskAtStep } from '../src/task/steps';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { loadTrialTask, resolveTaskEnv, resolveWorkerEnv, trialSecretEnv } from './context';
+import { trialLayout } from '../src/contracts/paths';
 
 export interface AgentStepInput {
   spec: TrialSpec;
@@ -45,7 +45,7 @@ export async function prepareAgentRun(
     env: { ...env, ...instructionVariable(task.instruction) },
     timeoutMs: timeoutSec * 1000,
     signal: Context.current().cancellationSignal,
-    agentLogsDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+    agentLogsDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
     gateway: null,
     user: task.config.agent.user,
     solutionEnv: resolveTaskEnv(task.config.solution.env, spec),

@@ -1,11 +1,11 @@
 import path from 'node:path';
 
-import { TaskEnvironmentError } from '../src/environments/environment';
+import { TaskEnvironmentError } from '../src/contracts/environment';
 import { startTrialRun } from '../src/results/earlier-runs';
 import { jobFiles } from '../src/results/files';
 import { taskComposeFile } from '../src/environments/docker/compose';
-import type { TrialSpec } from '../src/trial/types';
-import { formatProblem } from '../src/errors';
+import type { TrialSpec } from '../src/contracts/trial';
+import { formatProblem } from '../src/contracts/errors';
 import { taskEnvProblems } from '../src/task/task-env';
 import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';

@@ -1,7 +1,7 @@
 import { ApplicationFailure, sleep } from '@temporalio/activity';
 
-import type { EnvironmentType } from '../src/job/schema';
-import { providerQueue } from '../src/temporal/queues';
+import type { EnvironmentType } from '../src/contracts/job-config';
+import { providerQueue } from '../src/contracts/queues';
 import type { ActivityDeps } from './context';
 
 export interface ClaimHostInput {

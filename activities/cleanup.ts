@@ -1,6 +1,6 @@
 import { installGate } from '../src/agents/install-gate';
 import { sandboxRemoved } from '../src/metrics/rollout-metrics';
-import type { TrialSpec } from '../src/trial/types';
+import type { TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, log } from './context';
 

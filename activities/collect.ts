@@ -3,13 +3,14 @@ import path from 'node:path';
 
 import type { CollectBudget } from '../src/environments/host-files';
 import { trialCollectBudget } from '../src/results/collect-budget';
-import { jobFiles, LOG_FOLDERS } from '../src/results/files';
+import { jobFiles } from '../src/results/files';
 import { restoreGatewayCalls, setGatewayCallsAside } from '../src/results/gateway-calls';
-import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, log } from './context';
 import { markUnscrubbed, scrubTrialFolder } from './secrets';
 import { archiveTaskStepLogs } from './task-step';
+import { CONTAINER_PATHS, LOG_FOLDERS, trialLayout } from '../src/contracts/paths';
 
 export interface CollectInput {
   spec: TrialSpec;
@@ -32,7 +33,7 @@ export function collectLogs(deps: ActivityDeps) {
   return async function collectLogs({ spec, handle, taskStep }: CollectInput): Promise<CollectReport> {
     const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
     const trialEnvironment = deps.environment(spec.environmentType);
-    await mkdir(path.join(trialDir, 'agent'), { recursive: true });
+    await mkdir(trialLayout(trialDir).agent, { recursive: true });
     await setGatewayCallsAside(trialDir);
     // Until the scrub below is done, what is extracted may hold secrets: the mark makes the upload and the result
     // step scrub first, should this activity die half-way (activities/secrets.ts).
@@ -46,10 +47,15 @@ export function collectLogs(deps: ActivityDeps) {
         // Charged with every step's logs and artifacts, this one's included.
         budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders);
         const selection = { folders: LOG_FOLDERS, maxSkippedBytes: LOGS_SKIPPED_MAX_BYTES };
-        if (await trialEnvironment.downloadFolders?.(handle, '/logs', selection, trialDir, budget)) return;
+        if (await trialEnvironment.downloadFolders?.(handle, CONTAINER_PATHS.logs, selection, trialDir, budget)) return;
         budget = await trialCollectBudget(trialDir, spec.collectLimits, ownFolders); // counted again, folder by folder
         for (const folder of LOG_FOLDERS) {
-          await trialEnvironment.download(handle, `/logs/${folder}`, path.join(trialDir, folder), budget);
+          await trialEnvironment.download(
+            handle,
+            `${CONTAINER_PATHS.logs}/${folder}`,
+            path.join(trialDir, folder),
+            budget
+          );
         }
       });
     } finally {

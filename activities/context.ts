@@ -4,24 +4,25 @@ import path from 'node:path';
 
 import { Context, ApplicationFailure, CancelledFailure } from '@temporalio/activity';
 
-import type { Environment } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
+import type { SandboxCreation } from '../src/environments/sandbox-creation';
 import { phaseNetworks } from '../src/task/policy';
-import type { TaskConfig } from '../src/task/schema';
-import type { EnvironmentHandle } from '../src/trial/types';
+import type { TaskConfig } from '../src/contracts/task-config';
+import type { EnvironmentHandle } from '../src/contracts/trial';
 import type { PolicyVersions } from '../src/temporal/policy-versions';
 import type { ModelGateway } from '../src/gateway/gateway';
-import type { EnvironmentType } from '../src/job/schema';
+import type { EnvironmentType } from '../src/contracts/job-config';
 import { trialTaskDir } from '../src/registry/trial-task';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task, TaskLoad } from '../src/task/load';
 import { loadTask } from '../src/task/load';
 import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
-import { capText, formatProblem } from '../src/errors';
+import { capText, formatProblem } from '../src/contracts/errors';
 import { CloudQuotaError } from '../src/environments/cloud/quota';
-import { TaskEnvironmentError } from '../src/environments/environment';
+import { TaskEnvironmentError } from '../src/contracts/environment';
 import { SealedSecretsError, unsealEnv } from '../src/secrets/sealed-env';
 import { taskEnvAllowed } from '../src/task/task-env';
-import type { TaskErrorType, TrialSpec } from '../src/trial/types';
+import type { TaskErrorType, TrialSpec } from '../src/contracts/trial';
 
 export interface ActivityDeps {
   hostId: string;
@@ -33,6 +34,8 @@ export interface ActivityDeps {
   caBundle: string | null;
   /** This worker's model gateway: built-in agents (and custom ones with `gateway: true`) reach models through it. */
   gateway: ModelGateway;
+  /** What each sandbox creation waits for: the deployment's pace and this worker's adaptive in-flight limit. */
+  creation: SandboxCreation;
   /** The jobs' policy versions, stamped on model calls (absent without a Temporal client: calls go unstamped). */
   policyVersions?: PolicyVersions;
 }

@@ -1,24 +1,23 @@
-import path from 'node:path';
-
-import { SolutionNotFoundError } from '../src/agents/agent';
+import { SolutionNotFoundError } from '../src/contracts/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
 import { refusalMessage } from '../src/gateway/budget';
 import type { TrialSession, TrialSessionOptions } from '../src/gateway/gateway';
-import type { AgentConfig } from '../src/job/schema';
-import { JOB_BUDGET_ERROR } from '../src/trial/errors';
+import type { AgentConfig } from '../src/contracts/job-config';
+import { JOB_BUDGET_ERROR } from '../src/contracts/trial-errors';
 import type { GatewayChannel } from '../src/gateway/relay/channel';
 import { openGatewayChannel } from '../src/gateway/relay/channel';
 import { gatewayEnv, upstreamsFromEnv } from '../src/gateway/upstreams';
 import { log as logLine } from '../src/log';
 import { jobFiles } from '../src/results/files';
-import type { ExecuteOutcome } from '../src/trial/types';
+import type { ExecuteOutcome } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, inPhaseNetwork, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';
 import { prepareAgentRun } from './agent-run';
 import { startTaskStep, taskStepSpec } from './task-step';
 import { leftoversKilledByVerifier } from './verify';
+import { trialLayout } from '../src/contracts/paths';
 
 /**
  * Step 4: the agent itself. Its timeout is enforced here and returned as an outcome (every process it started is
@@ -73,7 +72,7 @@ export function executeAgent(deps: ActivityDeps) {
         session = await deps.gateway.openTrial({
           trialId: spec.trialId,
           jobName: spec.jobName,
-          agentDir: path.join(jobFiles.trialDir(spec.jobDir, spec.trialName), 'agent'),
+          agentDir: trialLayout(jobFiles.trialDir(spec.jobDir, spec.trialName)).agent,
           upstreams: upstreamsFromEnv(run.env),
           rateLimits: spec.rateLimits ?? [],
           ...(config.limits ? { limits: config.limits } : {}),

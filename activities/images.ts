@@ -1,4 +1,4 @@
-import type { EnvironmentType } from '../src/job/schema';
+import type { EnvironmentType } from '../src/contracts/job-config';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
 

@@ -3,7 +3,7 @@
  * Lifecycle steps run on a host's own task queue; the rest on shared queues (see workers/).
  */
 import { measureStep } from '../src/metrics/rollout-metrics';
-import type { TrialSpec } from '../src/trial/types';
+import type { TrialSpec } from '../src/contracts/trial';
 import { buildEnvironment } from './build';
 import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';

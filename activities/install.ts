@@ -1,6 +1,6 @@
 import { agentInfo } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
-import type { AgentInfo } from '../src/trial/types';
+import type { AgentInfo } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating, log, taskFailure } from './context';
 import type { AgentStepInput } from './agent-run';

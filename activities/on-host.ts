@@ -1,7 +1,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 
-import { NOT_THIS_HOST } from '../src/trial/session-types';
-import type { TrialSpec } from '../src/trial/types';
+import { NOT_THIS_HOST } from '../src/contracts/session';
+import type { TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 
 /** What a lifecycle step run as a local activity adds to its input: the host queue the trial claimed. */

@@ -3,7 +3,7 @@ import type { PlannedTrial } from '../src/job/plan';
 import { readJobJson } from '../src/storage/job-folder';
 import type { TrialResult } from '../src/results/trial-result';
 import { summaryFromResult } from '../src/results/trial-result';
-import type { TrialSummary } from '../src/trial/types';
+import type { TrialSummary } from '../src/contracts/trial';
 
 export interface PlanPageInput {
   jobDir: string;

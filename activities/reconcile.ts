@@ -1,7 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError } from '@temporalio/client';
 
-import type { TrialSummary } from '../src/trial/types';
+import type { TrialSummary } from '../src/contracts/trial';
 
 export interface EndedTrialsInput {
   trialIds: string[];

@@ -2,7 +2,7 @@ import path from 'node:path';
 
 import { Context } from '@temporalio/activity';
 
-import { LLM_CALLS_FILE, readCallRecords } from '../src/gateway/records';
+import { readCallRecords } from '../src/gateway/records';
 import type { LlmCallRecord } from '../src/gateway/records';
 import type { JobResult } from '../src/results/job-result';
 import { earlierCallFiles } from '../src/results/earlier-runs';
@@ -10,7 +10,7 @@ import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { scrubbedValue } from '../src/results/scrub';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
-import type { TrialUsage } from '../src/results/usage';
+import type { TrialUsage } from '../src/contracts/trial';
 import { addCall, emptyUsage } from '../src/results/usage';
 import { trialFinished } from '../src/metrics/rollout-metrics';
 import { budgetResult, readLedger } from '../src/temporal/spend-ledger';
@@ -18,8 +18,9 @@ import { buildTrajectory } from '../src/trajectory/atif';
 import { readJobJson, writeJobJson } from '../src/storage/job-folder';
 import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
-import type { TrialSpec } from '../src/trial/types';
+import type { TrialSpec } from '../src/contracts/trial';
 import { settleCollected, trialSecrets } from './secrets';
+import { TRIAL_FILES, trialLayout } from '../src/contracts/paths';
 
 export interface WriteTrialResultInput {
   spec: TrialSpec;
@@ -53,14 +54,14 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
     );
   }
   const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
-  const agentDir = path.join(trialDir, 'agent');
+  const agentDir = trialLayout(trialDir).agent;
   let usage: TrialUsage | null = null;
   // Calls of earlier runs (a retry after a rate limit, a restart) count in the usage: they were made and paid for.
   for (const file of await earlierCallFiles(trialDir)) {
     for await (const record of readCallRecords(file)) addCall((usage ??= emptyUsage()), record);
   }
   const records: LlmCallRecord[] = [];
-  for await (const record of readCallRecords(path.join(agentDir, LLM_CALLS_FILE))) records.push(record);
+  for await (const record of readCallRecords(trialLayout(trialDir).llmCalls)) records.push(record);
   if (records.length > 0) {
     for (const record of records) addCall((usage ??= emptyUsage()), record);
     const trajectory = buildTrajectory(records, {
@@ -74,7 +75,7 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
   await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), { ...result, usage });
   trialFinished(spec.environmentType, result.error?.type ?? null, result.restarts);
   // What this step wrote, then result.json: the trial's folder is complete in the store.
-  if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, ['trial.log', 'agent/trajectory.json']);
+  if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, [TRIAL_FILES.log, TRIAL_FILES.trajectory]);
   return { usage };
 }
 

@@ -16,7 +16,7 @@ import { restoreGatewayCalls } from '../src/results/gateway-calls';
 import { scrubSecrets, SecretScrubber } from '../src/results/scrub';
 import { literalSecretValues, secretValuesOf } from '../src/secrets/key-names';
 import type { Task } from '../src/task/load';
-import type { TrialSpec } from '../src/trial/types';
+import type { TrialSpec } from '../src/contracts/trial';
 import { loadTrialTask, trialSecretEnv } from './context';
 
 /**

@@ -8,12 +8,13 @@ import type { TrialResult } from '../src/results/trial-result';
 import { loadTask } from '../src/task/load';
 import { sessionTrajectory } from '../src/trajectory/session';
 import { sessionTools } from '../src/trial/session-tools';
-import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/trial/session-types';
-import { NOT_THIS_HOST, SESSION_AGENT } from '../src/trial/session-types';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
-import { INFRASTRUCTURE_ERROR } from '../src/trial/types';
+import type { CommandOutcome, SessionLimits, SessionRecord } from '../src/contracts/session';
+import { NOT_THIS_HOST, SESSION_AGENT } from '../src/contracts/session';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
+import { INFRASTRUCTURE_ERROR } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
+import { trialLayout } from '../src/contracts/paths';
 
 export interface SessionCommandInput {
   spec: TrialSpec;
@@ -129,7 +130,7 @@ export async function writeSessionRecord({ spec, record, limits }: SessionRecord
   const loaded = await loadTask(spec.taskDir);
   const instruction = loaded.task?.instruction ?? '';
   const tools = limits ? sessionTools(limits) : [];
-  await writeJsonAtomic(path.join(dir, 'agent', 'trajectory.json'), sessionTrajectory(record, instruction, tools));
+  await writeJsonAtomic(trialLayout(dir).trajectory, sessionTrajectory(record, instruction, tools));
   const result: TrialResult & { session: object } = {
     trial_name: spec.trialName,
     task_name: spec.taskName,

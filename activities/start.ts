@@ -3,8 +3,8 @@ import path from 'node:path';
 import { loadAgentConfig } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import { caBundleStart } from '../src/environments/ca-trust';
-import type { Environment } from '../src/environments/environment';
-import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
+import { INSTRUCTION_FILE, TaskEnvironmentError } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { sandboxStarted } from '../src/metrics/rollout-metrics';
 import {
@@ -15,7 +15,7 @@ import {
   UnsupportedNetworkError,
 } from '../src/task/policy';
 import { stepTaskConfig } from '../src/task/steps';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure } from './context';
@@ -55,28 +55,36 @@ export function startEnvironment(deps: ActivityDeps) {
         const caBundle = containerCaBundle(deps, spec.environmentType);
         const ca = caBundle ? caBundleStart(caBundle) : null;
         const snapshot = await findSnapshot(environment, image, key, spec, signal);
-        const result = await environment.start({
-          image: snapshot ?? image,
-          jobName: spec.jobName,
-          trialId: spec.trialId,
-          trialName: spec.trialName,
-          workerId: deps.hostId,
-          resources: spec.resources,
-          env: containerEnv(deps, task, spec),
-          workdir: task.config.environment.workdir,
-          environmentDir: path.join(task.dir, 'environment'),
-          envKey: spec.envKey,
-          network: networks.baseline,
-          gpus: task.resources.gpus,
-          users: taskUsers(task.config),
-          // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
-          files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
-          setup: ca?.setup,
-          settings: spec.environmentSettings,
-          budgetSec: trialBudgetSec(spec),
-          timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
+        const creation = {
+          provider: spec.environmentType,
+          perSecond: spec.createsPerSecond,
+          owner: spec.trialId,
           signal,
-        });
+        };
+        const result = await deps.creation.create(creation, () =>
+          environment.start({
+            image: snapshot ?? image,
+            jobName: spec.jobName,
+            trialId: spec.trialId,
+            trialName: spec.trialName,
+            workerId: deps.hostId,
+            resources: spec.resources,
+            env: containerEnv(deps, task, spec),
+            workdir: task.config.environment.workdir,
+            environmentDir: path.join(task.dir, 'environment'),
+            envKey: spec.envKey,
+            network: networks.baseline,
+            gpus: task.resources.gpus,
+            users: taskUsers(task.config),
+            // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
+            files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
+            setup: ca?.setup,
+            settings: spec.environmentSettings,
+            budgetSec: trialBudgetSec(spec),
+            timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
+            signal,
+          })
+        );
         sandboxStarted(spec.environmentType, spec.trialId);
         for (const warning of result.warnings ?? []) await log(spec, 'start', `warning: ${warning}`);
         const check = task.config.environment.healthcheck;

@@ -1,5 +1,5 @@
 import { sandboxRemoved } from '../src/metrics/rollout-metrics';
-import type { EnvironmentHandle, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
 

@@ -9,16 +9,16 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import { CONTAINER_PATHS } from '../src/agents/agent';
-import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/environments/environment';
-import type { Environment } from '../src/environments/environment';
+import { INSTRUCTION_DIR, INSTRUCTION_FILE } from '../src/contracts/environment';
+import type { Environment } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { trialCollectBudget } from '../src/results/collect-budget';
-import { jobFiles, LOG_FOLDERS } from '../src/results/files';
+import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { isDirectory, isFile } from '../src/files/absent';
-import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/contracts/trial';
 import { log, taskFailure, tail } from './context';
+import { CONTAINER_PATHS, CONTAINER_SHELL_PATHS, LOG_FOLDERS } from '../src/contracts/paths';
 
 /** The spec of a multi-step trial's step, by name. */
 export function taskStepSpec(spec: TrialSpec, name: string): TaskStepSpec {
@@ -95,7 +95,7 @@ export async function archiveTaskStepLogs(
     LOG_FOLDERS.map((folder) => path.join(stepDir, folder))
   );
   for (const folder of LOG_FOLDERS) {
-    await environment.download(handle, `/logs/${folder}`, path.join(stepDir, folder), budget);
+    await environment.download(handle, `${CONTAINER_PATHS.logs}/${folder}`, path.join(stepDir, folder), budget);
   }
   const { limit_reached: limit, cut } = budget.report();
   if (limit)
@@ -104,7 +104,7 @@ export async function archiveTaskStepLogs(
       'collect',
       `step ${name}: the trial's collect_max_${limit} reached, not collected: ${cut.join(', ')}`
     );
-  const { logs, tests } = CONTAINER_PATHS;
+  const { logs, tests } = CONTAINER_SHELL_PATHS;
   const folders = LOG_FOLDERS.map((folder) => `"${logs}/${folder}"`).join(' ');
   // Harbor's convention folder /logs/artifacts is emptied too: each step's artifacts are its own.
   const artifacts = `"${logs}/artifacts"`;

@@ -3,23 +3,22 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import type { Environment } from '../src/environments/environment';
-import { TaskEnvironmentError } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
+import { TaskEnvironmentError } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
 import { CollectBudget } from '../src/environments/host-files';
 import { trialCollectBudget } from '../src/results/collect-budget';
 import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { separateVerifierNetwork, unsupportedNeed, UnsupportedNetworkError } from '../src/task/policy';
-import { separateVerifierEnvironment, taskResources } from '../src/task/schema';
+import { separateVerifierEnvironment, taskResources } from '../src/contracts/task-config';
 import { taskAtStep } from '../src/task/steps';
 import type { CollectedArtifact } from '../src/trial/artifacts';
 import { collectArtifacts, placeArtifacts } from '../src/trial/artifacts';
 import { verifierBuild } from '../src/trial/verifier-build';
 
-import { CONTAINER_PATHS } from '../src/agents/agent';
 import { readReward } from '../src/trial/reward';
-import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/trial/types';
+import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/contracts/trial';
 
 /** Largest reward file read: far above any real one (a 10 MB reward.json is fine), far below a worker's memory. */
 const REWARD_FILE_MAX_BYTES = 64 * 2 ** 20;
@@ -30,7 +29,7 @@ const REWARD_FILES = ['reward.txt', 'reward.json'] as const;
  * <bytes>`, in the test's own exec: no extra round trip to read the reward. An unreadable file prints no size.
  */
 function printRewardFiles(marker: string): string {
-  const dir = `${CONTAINER_PATHS.logs}/verifier`;
+  const dir = `${CONTAINER_SHELL_PATHS.logs}/verifier`;
   return (
     `for name in ${REWARD_FILES.join(' ')}; do f="${dir}/$name"; ` +
     `if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s %s %s\\n' ${marker} "$name" "$(wc -c < "$f")"; cat "$f"; fi; done`
@@ -73,7 +72,7 @@ async function downloadRewardFiles(
     for (const name of REWARD_FILES) {
       const budget = new CollectBudget({ maxBytes: REWARD_FILE_MAX_BYTES, maxFiles: 1 });
       // Each into a folder of its own: a reward.txt that is a folder must not provide a reward.json.
-      await environment.download(handle, `/logs/verifier/${name}`, path.join(dir, name), budget);
+      await environment.download(handle, `${CONTAINER_PATHS.verifierLogs}/${name}`, path.join(dir, name), budget);
       if (budget.exhausted) return { tooBig: name };
       files[name] = await readFile(path.join(dir, name, name), 'utf8').catch((err: NodeJS.ErrnoException) => {
         if (err.code === 'ENOENT') return undefined; // absent, or not a regular file (a link is not followed)
@@ -88,6 +87,7 @@ async function downloadRewardFiles(
 import { taskStepSpec } from './task-step';
 import type { ActivityDeps } from './context';
 import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveTaskEnv, taskFailure } from './context';
+import { CONTAINER_PATHS, CONTAINER_SHELL_PATHS } from '../src/contracts/paths';
 
 export interface VerifyInput {
   spec: TrialSpec;
@@ -262,7 +262,7 @@ async function resetVerifierLogs(
   /** The environment's killAllCommand, run first. */
   killFirst?: string
 ): Promise<void> {
-  const { logs, tests } = CONTAINER_PATHS;
+  const { logs, tests } = CONTAINER_SHELL_PATHS;
   const folders = withTests ? `"${logs}/verifier" "${tests}"` : `"${logs}/verifier"`;
   const reset = await environment.exec(handle, {
     // Emptied rather than replaced: a compose task may mount a volume there (HOST_VERIFIER_LOGS_PATH).
@@ -286,7 +286,7 @@ async function test(
   signal: AbortSignal,
   where: 'shared' | 'separate'
 ): Promise<Rewards> {
-  const { logs, tests } = CONTAINER_PATHS;
+  const { logs, tests } = CONTAINER_SHELL_PATHS;
   const marker = `rollout-reward-${randomBytes(8).toString('hex')}`;
   const inPhase = <T>(work: () => Promise<T>) =>
     where === 'shared' ? inPhaseNetwork(environment, handle, task.config, 'verifier', work) : work();
@@ -327,7 +327,7 @@ async function copyVerifierLogs(
   try {
     // Within the job's collect limits: the task's test.sh writes what it likes there, and this copy is on the worker.
     const budget = new CollectBudget(spec.collectLimits);
-    await environment.download(from, '/logs/verifier', dir, budget);
+    await environment.download(from, CONTAINER_PATHS.verifierLogs, dir, budget);
     const report = budget.report();
     if (report.limit_reached) {
       const cut = report.cut.join(', ');
@@ -338,7 +338,7 @@ async function copyVerifierLogs(
       );
     }
     if (resetWith) await resetVerifierLogs(environment, to, resetWith, false);
-    await environment.upload(to, dir, '/logs/verifier');
+    await environment.upload(to, dir, CONTAINER_PATHS.verifierLogs);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

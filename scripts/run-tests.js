@@ -9,11 +9,17 @@ const path = require('node:path');
 const root = path.join(__dirname, '..');
 const testDir = path.join(root, 'dist', 'test');
 const filters = process.argv.slice(2);
-const files = readdirSync(testDir)
-  .filter((name) => name.endsWith('.test.js'))
-  .filter((name) => filters.length === 0 || filters.some((f) => name.includes(f)))
-  .sort()
-  .map((name) => path.join(testDir, name));
+// Test files live in test/unit, test/integration, test/e2e and test/environments/<provider>; a filter matches a file's
+// name wherever it lives (`e2e.budget`, `gateway.tokens`), or its path under dist/test (`unit/`, `environments/fly`).
+const testFiles = (dir) =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const file = path.join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === 'fixtures' ? [] : testFiles(file);
+    return entry.name.endsWith('.test.js') ? [file] : [];
+  });
+const files = testFiles(testDir)
+  .filter((file) => filters.length === 0 || filters.some((f) => path.relative(testDir, file).includes(f)))
+  .sort((a, b) => path.basename(a).localeCompare(path.basename(b)));
 if (files.length === 0) {
   console.error(`no test files match ${filters.join(' ')}`);
   process.exit(1);

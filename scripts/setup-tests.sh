@@ -69,7 +69,7 @@ image_registry() {
     "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" "the kubernetes e2e tests will print 'not run'"
 }
 
-# A real S3-compatible server (MinIO) for the tests of jobs in an object store (test/e2e.storage.test.ts) and
+# A real S3-compatible server (MinIO) for the tests of jobs in an object store (test/e2e/e2e.storage.test.ts) and
 # `npm run bench -- storage`; several minutes to build. The module proxy serves MinIO's RELEASE.* tags (not semantic
 # versions) only as the pseudo-version of a commit, so the version here is one; test/support/minio.ts names the same.
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c

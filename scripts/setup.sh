@@ -62,7 +62,7 @@ temporal_cli() {
 }
 
 # `npm install` follows the lock file and leaves it unchanged: package-lock.json holds every platform's optional
-# packages (@swc/core-*), as a fresh clone's install writes them (test/lockfile.test.ts keeps it so; npm drops them
+# packages (@swc/core-*), as a fresh clone's install writes them (test/integration/lockfile.test.ts keeps it so; npm drops them
 # when it rewrites the lock in a tree that lacks them, npm/cli#4828).
 npm_dependencies() {
   # `npm ls` also catches a tree whose hidden lock file is newer than what it holds (a copied or shared node_modules).

@@ -3,6 +3,10 @@
 # the Temporal server built from its Go module, configured by deploy/temporal/ (as docker-compose.temporal.yml is).
 #
 #   scripts/temporal-cluster.sh up                       idempotent; prints TEMPORAL_ADDRESS=<host:port> last
+#   scripts/temporal-cluster.sh up --tls                 mTLS on the frontend (a CA, server and client certificates of
+#                                                        its own, in <state>/tls); prints the TEMPORAL_* lines to export
+#   scripts/temporal-cluster.sh up --auth [--tls]        TLS plus Temporal's JWT authorizer (a local key set); prints a
+#                                                        TEMPORAL_API_KEY too. `up` in another mode restarts the server
 #   scripts/temporal-cluster.sh down                     stops the server and PostgreSQL (data kept)
 #   scripts/temporal-cluster.sh status                   what runs, where; exit 1 unless both run
 #   scripts/temporal-cluster.sh stop temporal|postgres   stops one of them (as a crash would for the job; `up` restarts)
@@ -13,6 +17,8 @@
 #   ROLLOUT_CLUSTER_DIR   state folder (default $ROLLOUT_STATE_DIR/cluster or ~/.local/state/rollout/cluster)
 #   ROLLOUT_CLUSTER_IP    address the services bind to (default 127.0.0.1; 0.0.0.0 for workers on other hosts)
 #   ROLLOUT_CACHE_DIR     where the built server binaries are kept (default ~/.cache/rollout), per version
+#   ROLLOUT_CLUSTER_TLS_SANS  more subjectAltName entries for the server certificate (e.g. DNS:temporal.example,
+#                         IP:10.0.0.5); it always names localhost, 127.0.0.1 and this host's addresses
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 deploy=$repo/deploy/temporal
@@ -22,6 +28,8 @@ set -a
 set +a
 
 port=${ROLLOUT_CLUSTER_PORT:-7233}
+# The server records its membership ports in a PostgreSQL smallint column.
+[ $((port + 11)) -le 32767 ] || { echo "[temporal-cluster] error: ROLLOUT_CLUSTER_PORT=$port: the ports up to $((port + 11)) must stay below 32768 (the server stores membership ports as smallint)" >&2; exit 1; }
 ip=${ROLLOUT_CLUSTER_IP:-127.0.0.1}
 dir=${ROLLOUT_CLUSTER_DIR:-${ROLLOUT_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/rollout}/cluster}
 cache=${ROLLOUT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rollout}/temporal-server/$TEMPORAL_SERVER_VERSION
@@ -35,6 +43,15 @@ export POSTGRES_SEEDS=127.0.0.1 DB_PORT=$((port - 1)) BIND_ON_IP=$ip TEMPORAL_BR
   HISTORY_MEMBERSHIP_PORT=$((port + 6)) MATCHING_MEMBERSHIP_PORT=$((port + 7)) WORKER_MEMBERSHIP_PORT=$((port + 8)) \
   PROMETHEUS_PORT=$((port + 9)) DYNAMIC_CONFIG_FILE_PATH=$deploy/dynamicconfig/rollout.yaml \
   SQL_TOOL=$cache/sql TEMPORAL_CLI=temporal TEMPORAL_ADDRESS=$address
+
+# The script's own `temporal` calls use the mode's settings (set by use_mode), never the caller's.
+unset TEMPORAL_API_KEY TEMPORAL_PROFILE TEMPORAL_CONFIG_FILE TEMPORAL_TLS TEMPORAL_TLS_SERVER_NAME \
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH TEMPORAL_TLS_CLIENT_CERT_PATH TEMPORAL_TLS_CLIENT_KEY_PATH \
+  TEMPORAL_TLS_SERVER_CA_CERT_DATA TEMPORAL_TLS_CLIENT_CERT_DATA TEMPORAL_TLS_CLIENT_KEY_DATA
+certs=$dir/tls
+jwks_port=$((port + 13))
+export INTERNAL_FRONTEND_GRPC_PORT=$((port + 10)) INTERNAL_FRONTEND_MEMBERSHIP_PORT=$((port + 11)) \
+  INTERNAL_FRONTEND_HTTP_PORT=$((port + 12))
 
 log() { echo "[temporal-cluster] $*" >&2; }
 die() { echo "[temporal-cluster] error: $*" >&2; exit 1; }
@@ -98,6 +115,78 @@ start_postgres() {
     -o "-p $DB_PORT -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
 }
 
+# --tls / --auth: plain, tls (mTLS), auth (TLS + JWT), tls+auth (mTLS + JWT)
+parse_mode() {
+  local tls=0 auth=0 arg
+  for arg in "$@"; do
+    case "$arg" in
+      --tls) tls=1 ;;
+      --auth) auth=1 ;;
+      *) die "unknown option $arg (up takes --tls and --auth)" ;;
+    esac
+  done
+  case $tls$auth in 00) echo plain ;; 10) echo tls ;; 01) echo auth ;; 11) echo tls+auth ;; esac
+}
+
+ensure_certs() {
+  [ -f "$certs/client.crt" ] && return
+  mkdir -p "$certs"
+  chmod 700 "$certs"
+  local sans="DNS:localhost,IP:127.0.0.1" a
+  for a in $(hostname -I 2>/dev/null); do case "$a" in *:*) ;; *) sans="$sans,IP:$a" ;; esac; done
+  [ -z "${ROLLOUT_CLUSTER_TLS_SANS:-}" ] || sans="$sans,$ROLLOUT_CLUSTER_TLS_SANS"
+  (
+    cd "$certs"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=rollout-temporal-ca" 2>/dev/null
+    issue() { # name subject extendedKeyUsage [subjectAltName]
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+      printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=%s\n%s' "$3" \
+        "${4:+subjectAltName=$4\n}" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" -days 825 \
+        -extfile "$1.ext" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    issue server "/CN=localhost" serverAuth "$sans"
+    issue client "/CN=rollout-client" clientAuth
+    chmod 600 ./*.key
+  ) || die "could not make the certificates in $certs (openssl)"
+  log "certificates in $certs (server names: $sans)"
+}
+
+jwks_pid() {
+  local pid
+  pid=$(cat "$dir/jwks.pid" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+start_jwks() {
+  jwks_pid >/dev/null && return
+  setsid node "$repo/scripts/temporal-jwt.js" serve "$certs" 127.0.0.1 "$jwks_port" >>"$dir/jwks.log" 2>&1 </dev/null &
+  echo $! >"$dir/jwks.pid"
+  for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$jwks_port/jwks.json" >/dev/null && return; sleep 0.1; done
+  die "the key set server did not answer on 127.0.0.1:$jwks_port; see $dir/jwks.log"
+}
+
+# The settings of a mode, for the server (SERVER_*) and for `temporal` calls here (TEMPORAL_*).
+use_mode() {
+  unset SERVER_TLS_DIR SERVER_JWKS_URL SERVER_TLS_REQUIRE_CLIENT_AUTH
+  [ "$1" != plain ] || return 0
+  export SERVER_TLS_DIR=$certs TEMPORAL_TLS_SERVER_CA_CERT_PATH=$certs/ca.crt TEMPORAL_TLS_SERVER_NAME=localhost
+  case "$1" in
+    *tls*) export SERVER_TLS_REQUIRE_CLIENT_AUTH=true TEMPORAL_TLS_CLIENT_CERT_PATH=$certs/client.crt \
+      TEMPORAL_TLS_CLIENT_KEY_PATH=$certs/client.key ;;
+    *) export SERVER_TLS_REQUIRE_CLIENT_AUTH=false ;;
+  esac
+  case "$1" in
+    *auth*)
+      export SERVER_JWKS_URL=http://127.0.0.1:$jwks_port/jwks.json
+      node "$repo/scripts/temporal-jwt.js" keys "$certs"
+      TEMPORAL_API_KEY=$(node "$repo/scripts/temporal-jwt.js" token "$certs" temporal-system:admin)
+      export TEMPORAL_API_KEY
+      ;;
+  esac
+}
+
 server_pid() {
   local pid
   pid=$(cat "$dir/temporal.pid" 2>/dev/null) || return 1
@@ -107,7 +196,11 @@ server_pid() {
 start_server() {
   server_pid >/dev/null && return
   # Each start appends to the log, so a restart mid-job stays readable after the fact.
+  local services=(frontend history matching worker)
+  # With an authorizer, the system worker reaches the server through internal-frontend (no token needed there).
+  [ -z "${SERVER_JWKS_URL:-}" ] || services+=(internal-frontend)
   setsid "$cache/server" --root / --config "$deploy/config" --env rollout --allow-no-auth start \
+    "${services[@]/#/--service=}" \
     >>"$dir/temporal.log" 2>&1 </dev/null &
   echo $! >"$dir/temporal.pid"
   local deadline=$((SECONDS + 120))
@@ -129,6 +222,8 @@ stop_server() {
   local pid
   if pid=$(server_pid); then stop_pid "$pid"; fi
   rm -f "$dir/temporal.pid"
+  if pid=$(jwks_pid); then stop_pid "$pid"; fi
+  rm -f "$dir/jwks.pid"
 }
 
 stop_postgres() {
@@ -139,13 +234,33 @@ stop_postgres() {
 case "${1:-}" in
   build) ensure_binaries ;;
   up)
+    mode=$(parse_mode "${@:2}")
     ensure_binaries
+    [ "$mode" = plain ] || ensure_certs
+    # A server running in another mode restarts in this one (same database).
+    if server_pid >/dev/null && [ "$(cat "$dir/mode" 2>/dev/null || echo plain)" != "$mode" ]; then
+      log "restarting the Temporal server: $(cat "$dir/mode" 2>/dev/null || echo plain) -> $mode"
+      stop_server
+    fi
+    use_mode "$mode"
+    [ "$mode" = plain ] || [ "$mode" = tls ] || start_jwks
     start_postgres
     "$deploy/setup.sh" schema >>"$dir/setup.log" 2>&1 || die "schema setup failed; see $dir/setup.log"
+    echo "$mode" >"$dir/mode"
     start_server
     "$deploy/setup.sh" namespace >>"$dir/setup.log" 2>&1 || die "namespace setup failed; see $dir/setup.log"
-    log "PostgreSQL $POSTGRES_MAJOR on 127.0.0.1:$DB_PORT ($pgdata), Temporal $TEMPORAL_SERVER_VERSION (log $dir/temporal.log)"
+    log "PostgreSQL $POSTGRES_MAJOR on 127.0.0.1:$DB_PORT ($pgdata), Temporal $TEMPORAL_SERVER_VERSION, $mode (log $dir/temporal.log)"
     echo "TEMPORAL_ADDRESS=$address"
+    # The certificate names localhost: clients that reach the server by another address still verify it.
+    [ "$mode" = plain ] || printf 'TEMPORAL_TLS_SERVER_CA_CERT_PATH=%s\nTEMPORAL_TLS_SERVER_NAME=localhost\n' "$certs/ca.crt"
+    case "$mode" in *tls*)
+      echo "TEMPORAL_TLS_CLIENT_CERT_PATH=$certs/client.crt"
+      echo "TEMPORAL_TLS_CLIENT_KEY_PATH=$certs/client.key"
+      ;;
+    esac
+    case "$mode" in *auth*)
+      echo "TEMPORAL_API_KEY=$(node "$repo/scripts/temporal-jwt.js" token "$certs" "$TEMPORAL_NAMESPACE:admin")" ;;
+    esac
     ;;
   down)
     stop_server
@@ -161,12 +276,12 @@ case "${1:-}" in
   status)
     ok=0
     if postgres_running; then echo "postgres: running on 127.0.0.1:$DB_PORT ($pgdata)"; else echo "postgres: stopped"; ok=1; fi
-    if pid=$(server_pid); then echo "temporal: running (pid $pid) on $address"; else echo "temporal: stopped"; ok=1; fi
+    if pid=$(server_pid); then echo "temporal: running (pid $pid) on $address, $(cat "$dir/mode" 2>/dev/null || echo plain)"; else echo "temporal: stopped"; ok=1; fi
     echo "TEMPORAL_ADDRESS=$address"
     exit $ok
     ;;
   *)
-    echo "usage: $0 build|up|down|status|stop temporal|postgres" >&2
+    echo "usage: $0 build|up [--tls] [--auth]|down|status|stop temporal|postgres" >&2
     exit 2
     ;;
 esac

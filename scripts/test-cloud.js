@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run test:cloud`: the cloud providers' shared suite (test/support/cloud-suite.ts) against the real services,
 // for each vendor whose credentials are set; the others print "NOT RUN: <vendor> (set X)". "Not run" is never
-// "passed". The same suite runs on each vendor's stand-in in `npm test` (test/e2e.cloud-<vendor>.test.ts).
+// "passed". The same suite runs on each vendor's stand-in in `npm test` (test/environments/<vendor>/e2e.cloud-<vendor>.test.ts).
 'use strict';
 const { spawnSync } = require('node:child_process');
 const { existsSync } = require('node:fs');

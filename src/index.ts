@@ -10,16 +10,16 @@ export type {
   TrialRequest,
   WorkerOptions,
 } from './api/rollout';
-export { formatProblem, InputError } from './errors';
-export type { Problem } from './errors';
+export { formatProblem, InputError } from './contracts/errors';
+export type { Problem } from './contracts/errors';
 export type { JobResult } from './results/job-result';
 export type { TrialResult } from './results/trial-result';
 export type { JobProgress } from '../workflows/messages';
-export type { EnvironmentType } from './job/schema';
+export type { EnvironmentType } from './contracts/job-config';
 
 // The environment provider contract (docs/providers.md): what a provider from outside the repository implements.
-export type { Capability, EnvironmentProvider, ProviderCapabilities, RequirementTask } from './environments/provider';
-export { ProviderConfigError } from './environments/provider';
+export type { Capability, EnvironmentProvider, ProviderCapabilities, RequirementTask } from './contracts/provider';
+export { ProviderConfigError } from './contracts/provider';
 export type {
   BuildRequest,
   BuildResult,
@@ -32,7 +32,7 @@ export type {
   StartFile,
   StartRequest,
   StartResult,
-} from './environments/environment';
-export { TaskEnvironmentError } from './environments/environment';
+} from './contracts/environment';
+export { TaskEnvironmentError } from './contracts/environment';
 export type { CollectBudget } from './environments/host-files';
-export type { EnvironmentHandle } from './trial/types';
+export type { EnvironmentHandle } from './contracts/trial';

@@ -2,8 +2,8 @@
  * Rollout's own messages (CLI and workers) on stderr, at the job's `log_level` (or `rollout worker --log-level`).
  * Results (the report, `results:` lines) are not log messages and always print.
  */
-export const LOG_LEVELS = ['debug', 'info', 'warn', 'warning', 'error'] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
+
+import type { LogLevel } from './contracts/job-config';
 
 const SEVERITY: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, warning: 30, error: 40 };
 let threshold: number = SEVERITY.info;

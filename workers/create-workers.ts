@@ -6,19 +6,21 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createLocalStepActivities, createProviderActivities, jobActivities } from '../activities';
 import type { CaTrustMode } from '../src/environments/ca-trust';
 import { hostCaBundle } from '../src/environments/ca-trust';
-import type { Environment } from '../src/environments/environment';
+import type { Environment } from '../src/contracts/environment';
 import { createEnvironment } from '../src/environments';
-import type { EnvironmentType } from '../src/job/schema';
+import type { EnvironmentType } from '../src/contracts/job-config';
 import { ModelGateway } from '../src/gateway/gateway';
 import { maxWaitMsFromEnv } from '../src/gateway/retry-wait';
 import { TemporalRateLimits } from '../src/temporal/rate-limits';
 import { TemporalConcurrencyShares } from '../src/temporal/concurrency-limits';
-import type { RateLimitRule } from '../src/gateway/rate-window';
+import { TemporalCreationRate } from '../src/temporal/creation-rate';
+import { SandboxCreation } from '../src/environments/sandbox-creation';
+import type { RateLimitRule } from '../src/contracts/job-config';
 import { loadWorkerConfig } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
-import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/temporal/queues';
+import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/contracts/queues';
 import type { TemporalConnectionOptions } from '../src/temporal/envconfig';
 import { rolloutDataConverter } from '../src/temporal/payload-codec';
 import type { LeaseHolder } from './host-lease';
@@ -106,6 +108,9 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
           }
         : {}),
     }),
+    creation: new SandboxCreation(
+      options.client ? new TemporalCreationRate(options.client, owner.deployment) : undefined
+    ),
     ...(options.client ? { policyVersions: new TemporalPolicyVersions(options.client) } : {}),
     environment(type: EnvironmentType) {
       let environment = environments.get(type);

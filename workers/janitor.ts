@@ -1,9 +1,9 @@
 import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/client';
 
-import type { Environment, HeldEnvironment } from '../src/environments/environment';
-import type { EnvironmentType } from '../src/job/schema';
-import { hostQueue } from '../src/temporal/queues';
+import type { Environment, HeldEnvironment } from '../src/contracts/environment';
+import type { EnvironmentType } from '../src/contracts/job-config';
+import { hostQueue } from '../src/contracts/queues';
 import { trialStateQuery } from '../workflows/messages';
 
 const QUERY_TIMEOUT_MS = 10_000;

@@ -5,3 +5,4 @@ export { sessionWorkflow } from './session';
 export { rateLimiterWorkflow } from './rate-limiter';
 export { budgetLedgerWorkflow } from './budget-ledger';
 export { concurrencyLimiterWorkflow } from './concurrency-limiter';
+export { creationPacerWorkflow } from './creation-pacer';

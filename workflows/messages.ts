@@ -2,7 +2,7 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 
 import type { JobResult } from '../src/results/job-result';
-import type { StepName, TrialStatus, TrialSummary } from '../src/trial/types';
+import type { StepName, TrialStatus, TrialSummary } from '../src/contracts/trial';
 
 /** A Trial tells its Job it finished; by workflow id, so it reaches the Job's newest run after continue-as-new. */
 export const trialFinishedSignal = defineSignal<[TrialSummary]>('trialFinished');

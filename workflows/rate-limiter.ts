@@ -7,7 +7,8 @@
  */
 import { continueAsNew, defineUpdate, setHandler } from '@temporalio/workflow';
 
-import type { GrantEntry, RateAsk, RateGrant, RateLimitRule } from '../src/gateway/rate-window';
+import type { GrantEntry, RateAsk, RateGrant } from '../src/gateway/rate-window';
+import type { RateLimitRule } from '../src/contracts/job-config';
 import { grantFromWindow } from '../src/gateway/rate-window';
 import { serveUntilIdleOrLong } from './limiter-loop';
 

@@ -20,10 +20,10 @@ import {
 
 import type { ProviderActivities } from '../activities';
 import type { SessionCommandInput } from '../activities/session';
-import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/trial/session-types';
+import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/contracts/session';
 import { primaryReward } from '../src/results/job-stats';
-import { providerQueue } from '../src/temporal/queues';
-import type { EnvironmentHandle } from '../src/trial/types';
+import { providerQueue } from '../src/contracts/queues';
+import type { EnvironmentHandle } from '../src/contracts/trial';
 import {
   endSessionSignal,
   sessionClaimUpdate,

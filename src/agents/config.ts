@@ -1,10 +1,10 @@
 /** What an agent configuration (job.yaml `agents`) means: which catalogue agent, gateway or not, what it installs. */
 import { readFile, stat } from 'node:fs/promises';
 
-import type { AgentConfig } from '../job/schema';
-import { ORACLE_AGENT } from '../job/schema';
+import type { AgentConfig } from '../contracts/job-config';
+import { ORACLE_AGENT } from '../contracts/job-config';
 import { localJobFile, verifySignedJobFile } from '../storage/job-folder';
-import type { AgentInfo } from '../trial/types';
+import type { AgentInfo } from '../contracts/trial';
 import type { BuiltinAgentDefinition } from './builtin';
 import { builtinAgent } from './registry';
 

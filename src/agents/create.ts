@@ -1,6 +1,6 @@
 /** The agent a configuration runs: the oracle, a catalogue agent (installed, or its loop in the worker), or custom. */
-import type { AgentConfig } from '../job/schema';
-import type { Agent } from './agent';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent } from '../contracts/agent';
 import { catalogueAgent, isOracle } from './config';
 import { customAgent } from './custom';
 import { installedAgent } from './installed';

@@ -1,7 +1,7 @@
-import type { ExecResult } from '../environments/environment';
-import type { AgentConfig } from '../job/schema';
-import type { Agent, AgentRun } from './agent';
-import { CONTAINER_PATHS } from './agent';
+import type { ExecResult } from '../contracts/environment';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent, AgentRun } from '../contracts/agent';
+import { CONTAINER_SHELL_PATHS } from '../contracts/paths';
 import { uploadAgentScript } from './upload';
 
 /**
@@ -19,7 +19,7 @@ export function customAgent(config: AgentConfig): Agent {
 async function runScript(run: AgentRun, step: 'install' | 'execute', script: string): Promise<ExecResult> {
   await uploadAgentScript(run, `${step}.sh`, script);
   return run.environment.exec(run.handle, {
-    command: `bash "${CONTAINER_PATHS.agentScripts}/${step}.sh" > "${CONTAINER_PATHS.logs}/agent/${step}.txt" 2>&1`,
+    command: `bash "${CONTAINER_SHELL_PATHS.agentScripts}/${step}.sh" > "${CONTAINER_SHELL_PATHS.logs}/agent/${step}.txt" 2>&1`,
     env: run.env,
     user: step === 'install' ? '0' : run.user,
     timeoutMs: run.timeoutMs,

@@ -7,9 +7,9 @@
  */
 import { createHash } from 'node:crypto';
 
-import type { AgentConfig } from '../job/schema';
-import type { Agent, AgentRun, InstallOutcome } from './agent';
-import { CONTAINER_PATHS } from './agent';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent, AgentRun, InstallOutcome } from '../contracts/agent';
+import { CONTAINER_SHELL_PATHS } from '../contracts/paths';
 import { uploadAgentScript } from './upload';
 import type { InstalledAgentDefinition } from './builtin';
 import { AGENTS_ROOT, agentPrefix } from './builtin';
@@ -50,11 +50,16 @@ export function installedAgent(definition: InstalledAgentDefinition, config: Age
     async execute(run) {
       const kwargs = definition.kwargs.parse(config.kwargs ?? {});
       const bin = `${plan.prefix}/bin/${definition.source.bin}`;
-      const command = definition.run({ model: config.model, kwargs, bin, logsDir: `${CONTAINER_PATHS.logs}/agent` });
+      const command = definition.run({
+        model: config.model,
+        kwargs,
+        bin,
+        logsDir: `${CONTAINER_SHELL_PATHS.logs}/agent`,
+      });
       const script = `[ -f ${plan.prefix}/${RUN_ENV} ] && . ${plan.prefix}/${RUN_ENV}\n${command.script}\n`;
       await uploadAgentScript(run, 'execute.sh', script);
       return run.environment.exec(run.handle, {
-        command: `bash "${CONTAINER_PATHS.agentScripts}/execute.sh"`,
+        command: `bash "${CONTAINER_SHELL_PATHS.agentScripts}/execute.sh"`,
         // The agent's own settings are defaults: what job.yaml sets in `env` wins.
         env: { ...command.env, ...run.env },
         user: run.user,
@@ -70,14 +75,14 @@ async function install(run: AgentRun, plan: InstallPlan): Promise<InstallOutcome
   if (installed !== null) {
     const note = `${plan.name} ${installed} already installed in ${plan.prefix} (install snapshot or earlier run)\n`;
     await run.environment.exec(run.handle, {
-      command: `printf '%s' ${shellQuote(note)} > "${CONTAINER_PATHS.logs}/agent/install.txt"`,
+      command: `printf '%s' ${shellQuote(note)} > "${CONTAINER_SHELL_PATHS.logs}/agent/install.txt"`,
     });
     return { exitCode: 0, stdout: '', stderr: '', timedOut: false, version: installed, fresh: false };
   }
   if (plan.needsNode) await run.environment.upload(run.handle, await hostNodeRuntime(), NODE_RUNTIME_DIR);
   await uploadAgentScript(run, 'install.sh', plan.script);
   const result = await run.environment.exec(run.handle, {
-    command: `bash "${CONTAINER_PATHS.agentScripts}/install.sh" > "${CONTAINER_PATHS.logs}/agent/install.txt" 2>&1`,
+    command: `bash "${CONTAINER_SHELL_PATHS.agentScripts}/install.sh" > "${CONTAINER_SHELL_PATHS.logs}/agent/install.txt" 2>&1`,
     // The API keys of `env` are not needed to install: they stay out of the install.
     timeoutMs: run.timeoutMs,
     signal: run.signal,

@@ -1,5 +1,6 @@
-import type { Agent } from './agent';
-import { CONTAINER_PATHS, SolutionNotFoundError } from './agent';
+import type { Agent } from '../contracts/agent';
+import { SolutionNotFoundError } from '../contracts/agent';
+import { CONTAINER_SHELL_PATHS } from '../contracts/paths';
 
 /**
  * The built-in oracle: copies solution/ to /oracle and runs solve.sh from the working directory. The copy also lands
@@ -14,7 +15,7 @@ export const oracleAgent: Agent = {
     if (!task.hasSolution) throw new SolutionNotFoundError(task.solutionDir);
     await environment.upload(handle, task.solutionDir, ['/oracle', '/solution']);
     return environment.exec(handle, {
-      command: `bash "${CONTAINER_PATHS.oracle}/solve.sh" > "${CONTAINER_PATHS.logs}/agent/oracle.txt" 2>&1`,
+      command: `bash "${CONTAINER_SHELL_PATHS.oracle}/solve.sh" > "${CONTAINER_SHELL_PATHS.logs}/agent/oracle.txt" 2>&1`,
       env: { ...solutionEnv, ...env },
       user,
       timeoutMs,

@@ -4,9 +4,9 @@ import path from 'node:path';
 
 import { z } from 'zod';
 
-import type { ExecResult } from '../environments/environment';
-import type { AgentConfig } from '../job/schema';
-import type { Agent, AgentRun } from './agent';
+import type { ExecResult } from '../contracts/environment';
+import type { AgentConfig } from '../contracts/job-config';
+import type { Agent, AgentRun } from '../contracts/agent';
 import type { TerminusOptions } from './terminus';
 import { terminusKwargs } from './terminus';
 

@@ -14,11 +14,11 @@ import { jobControlUpdate, jobProgressQuery } from '../../workflows/messages';
 import { jobControlProblem } from '../../workflows/job/control';
 import type { RunningWorkers } from '../../workers/create-workers';
 import { defaultHostId, startWorkers } from '../../workers/create-workers';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { parseJobConfig } from '../job/load';
 import { readPlanPage } from '../job/plan-file';
 import { boundedId, jobWorkflowId, planJob, sanitize, uniqueFolderName } from '../job/plan';
-import type { AgentSchema, EnvironmentType, JobConfigInput } from '../job/schema';
+import type { AgentSchema, EnvironmentType, JobConfigInput } from '../contracts/job-config';
 import { PROVIDERS } from '../environments/registry';
 import { jobInput, saveJobConfig, saveJobFolder, startJobWorkflow, startTrialWorkflow } from './submit';
 import { jobFiles, readJson } from '../results/files';
@@ -29,7 +29,7 @@ import { connectClient, ensureSearchAttributes, resolveTemporal } from '../tempo
 import type { TemporalConnectionOptions } from '../temporal/envconfig';
 import { ifWorkflowExists } from '../temporal/not-found';
 import { installQuietRuntime } from '../temporal/runtime';
-import type { TrialSpec } from '../trial/types';
+import type { TrialSpec } from '../contracts/trial';
 import type { z } from 'zod';
 
 /** What an embedded worker serves unless told: the providers that run on its own host (no cluster or cloud to set up). */

@@ -10,13 +10,13 @@ import path from 'node:path';
 
 import { environmentKey } from '../environments/env-key';
 import { checkProvider, createEnvironment, environmentRequirement, providerSettings } from '../environments';
-import type { BuildRequest, ProviderSettings } from '../environments/environment';
-import { TaskEnvironmentError } from '../environments/environment';
-import { InputError } from '../errors';
+import type { BuildRequest, ProviderSettings } from '../contracts/environment';
+import { TaskEnvironmentError } from '../contracts/environment';
+import { InputError } from '../contracts/errors';
 import { loadJobDatasets } from '../job/datasets';
 import { loadJobFile } from '../job/load';
 import { jobDirOf, trialResources } from '../job/plan';
-import { providerKeys } from '../job/schema';
+import { providerKeys } from '../contracts/job-config';
 import { jobFiles, readJson } from '../results/files';
 import type { ResolvedJob } from '../job/load';
 import type { Task } from '../task/load';

@@ -5,7 +5,7 @@
  */
 import type { BudgetLimits } from '../gateway/spend';
 import { describeSpend } from '../gateway/spend';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { budgetLedgerId, ledgerStateQuery, setBudgetUpdate, validateBudget } from '../../workflows/budget-ledger';
 import { updateRunning } from './ctl-update';
 

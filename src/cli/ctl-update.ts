@@ -2,7 +2,7 @@
 import type { WorkflowHandle } from '@temporalio/client';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { ifWorkflowExists } from '../temporal/not-found';
 import { connectClient, resolveTemporal } from '../temporal/connect';
 

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import type { JobControl, JobControlState } from '../../workflows/messages';
 import { jobControlUpdate } from '../../workflows/messages';
 import { jobControlProblem } from '../../workflows/job/control';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { jobWorkflowId } from '../job/plan';
 import { BUDGET_CONTROL, controlBudget, parseBudget } from './ctl-budget';
 import { updateRunning } from './ctl-update';

@@ -17,7 +17,8 @@ import type { ResolvedJob } from '../job/load';
 import { jobDirOf, planJob } from '../job/plan';
 import { jobFiles, readJson } from '../results/files';
 import { readJobTrials } from '../results/job-folder';
-import type { TrialUsage } from '../results/usage';
+import type { TrialUsage } from '../contracts/trial';
+import { LLM_CALLS_FILE, trialLayout } from '../contracts/paths';
 
 /** A typical agentic trial when nothing was measured: stated in the output as an assumption. */
 const ASSUMED_TRIAL_USAGE = { input_tokens: 300_000, cached_tokens: 0, output_tokens: 15_000 };
@@ -136,14 +137,14 @@ async function measuredUsage(job: ResolvedJob, agentName: string, model: string 
       const usage = trial.result?.usage;
       if (trial.agentName !== agentName || !usage || usage.n_llm_calls === 0) continue;
       measured.byTask.set(trial.taskName, [...(measured.byTask.get(trial.taskName) ?? []), usage]);
-      measured.model ??= await firstModel(path.join(jobFiles.trialDir(jobDir, trial.trialName), 'agent'));
+      measured.model ??= await firstModel(trialLayout(jobFiles.trialDir(jobDir, trial.trialName)).agent);
     }
   }
   return measured;
 }
 
 async function firstModel(agentDir: string): Promise<string | null> {
-  for await (const record of readCallRecords(path.join(agentDir, 'llm-calls.jsonl')))
+  for await (const record of readCallRecords(path.join(agentDir, LLM_CALLS_FILE)))
     if (record.model) return record.model;
   return null;
 }

@@ -3,13 +3,13 @@
  * JUnit XML report with one test case per trial (`--junit`). The verdict comes from the results on disk, so it
  * works the same on a job that just ran and on one that finished long ago.
  */
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { writeFileAtomic } from '../results/files';
 import { readJobTrials } from '../results/job-folder';
 import type { JobResult } from '../results/job-result';
 import type { RewardMetrics } from '../results/job-stats';
 import { primaryKey, primaryReward } from '../results/job-stats';
-import { CANCELLED_ERROR } from '../trial/types';
+import { CANCELLED_ERROR } from '../contracts/trial';
 import { readableFolder } from './stored-jobs';
 
 /** Exit code of a job whose results miss a threshold (2 bad input and 3 infrastructure take precedence). */

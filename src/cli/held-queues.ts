@@ -1,5 +1,5 @@
 import type { LeaseHolder } from '../../workers/host-lease';
-import { IMAGE_REMOVAL_START_TIMEOUT_SEC } from '../temporal/queues';
+import { IMAGE_REMOVAL_START_TIMEOUT_SEC } from '../contracts/queues';
 
 /**
  * The lines a resumed job prints while live processes of this host hold the worker queues before its own (see

@@ -9,10 +9,11 @@ import { createInterface } from 'node:readline/promises';
 
 import type { Command } from 'commander';
 
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
+import type { Problem } from '../contracts/errors';
+import { InputError } from '../contracts/errors';
 import { loadJobFile } from '../job/load';
-import { ENVIRONMENT_TYPES, ORACLE_AGENT } from '../job/schema';
+import { ORACLE_AGENT } from '../contracts/job-config';
+import { ENVIRONMENT_TYPES } from '../environments/registry';
 import { findDataset, readRegistry, registryLabel, registrySource } from '../registry/load';
 import { agentProblems, parseDatasetFlag, vendorEnv } from './run-flags';
 

@@ -6,7 +6,7 @@ import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
 import { jobWorkflowId } from '../job/plan';
 import { ifWorkflowExists } from '../temporal/not-found';
-import type { StepName } from '../trial/types';
+import type { StepName } from '../contracts/trial';
 import { formatDuration } from './progress';
 import { renderTable } from './report';
 

@@ -4,8 +4,8 @@ import path from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
 import { defaultHostId } from '../../workers/create-workers';
-import { InputError } from '../errors';
-import { ENVIRONMENT_TYPES } from '../job/schema';
+import { InputError } from '../contracts/errors';
+import { ENVIRONMENT_TYPES } from '../environments/registry';
 import { readRegistry, registrySource } from '../registry/load';
 import { connectClient, resolveTemporal } from '../temporal/connect';
 import { installQuietRuntime } from '../temporal/runtime';

@@ -1,8 +1,8 @@
-import type { RegistryDataset } from '../registry/schema';
+import type { RegistryDataset } from '../contracts/registry';
 import { describeSpend } from '../gateway/spend';
 import type { JobBudgetResult, JobResult } from '../results/job-result';
 import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../results/statistics';
-import type { TrialUsage } from '../results/usage';
+import type { TrialUsage } from '../contracts/trial';
 import { formatDuration } from './progress';
 
 /** The final summary: the metrics table, then trial and error counts. */

@@ -9,13 +9,14 @@ import type { Command } from 'commander';
 import { stringify } from 'yaml';
 
 import { builtinAgent } from '../agents/registry';
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
+import type { Problem } from '../contracts/errors';
+import { InputError } from '../contracts/errors';
 import { VENDOR_ENV } from '../gateway/upstreams';
 import type { Vendor } from '../gateway/dialect';
 import type { ResolvedJob } from '../job/load';
 import { loadJobConfig, loadJobFile } from '../job/load';
-import { ENVIRONMENT_TYPES, ORACLE_AGENT } from '../job/schema';
+import { ORACLE_AGENT } from '../contracts/job-config';
+import { ENVIRONMENT_TYPES } from '../environments/registry';
 import { log } from '../log';
 import { registrySource } from '../registry/load';
 import { literalSecretValues, MASKED, maskedAssignment, maskedEnv } from '../secrets/key-names';

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 
 import { isOracle } from '../agents/config';
 import { Rollout } from '../api/rollout';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { parseJobConfig } from '../job/load';
 import { planJob } from '../job/plan';
 import { saveJobConfig } from '../api/submit';
@@ -13,7 +13,7 @@ import { buildServer } from '../serve/server';
 import type { SessionTask } from '../serve/sessions';
 import { Sessions } from '../serve/sessions';
 import { loadTask } from '../task/load';
-import type { TrialSpec } from '../trial/types';
+import type { TrialSpec } from '../contracts/trial';
 
 export interface ServeFlags {
   config?: string;

@@ -1,7 +1,7 @@
 /** `rollout status <job>`: a job folder's results on disk, or a job's live progress from the Temporal server. */
 import { existsSync } from 'node:fs';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { jobWorkflowId } from '../job/plan';
 import { jobFiles } from '../results/files';
 import { checkStore } from '../storage/check';

@@ -6,7 +6,7 @@ import path from 'node:path';
 
 import type { Command } from 'commander';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { hostCacheDir } from '../host-cache';
 import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';

@@ -9,11 +9,11 @@ import { chmod, mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { environmentRequirement } from '../environments';
-import { formatProblem, InputError } from '../errors';
-import type { Problem } from '../errors';
+import { formatProblem, InputError } from '../contracts/errors';
+import type { Problem } from '../contracts/errors';
 import { parseJobConfig } from '../job/load';
 import { jobDirOf } from '../job/plan';
-import { ORACLE_AGENT } from '../job/schema';
+import { ORACLE_AGENT } from '../contracts/job-config';
 import { readJobTrials } from '../results/job-folder';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { log } from '../log';
 import { isStoreUrl } from '../storage/location';
 import { writeBundle } from '../viewer/bundle';

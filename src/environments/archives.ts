@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import tarFs from 'tar-fs';
 import tarStream from 'tar-stream';
 
-import type { StartFile } from './environment';
+import type { StartFile } from '../contracts/environment';
 
 type TarPack = ReturnType<typeof tarFs.pack>;
 
@@ -30,13 +30,19 @@ export function packedAt(hostPath: string, isFolder: boolean, targets: readonly 
   return packTarget(0) as unknown as Readable;
 }
 
-/** An upload's archive: a folder's contents land inside each target; a lone file as <target>/<its name>. */
+/**
+ * An upload's archive: a folder's contents land inside each target; a lone file as <target>/<its name>. `targets` are
+ * where they land, as absolute paths (to make first: an empty folder's archive makes none).
+ */
 export async function packedUpload(
   hostPath: string,
   containerPath: string | readonly string[]
 ): Promise<{ archive: Readable; targets: readonly string[] }> {
   const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
-  return { archive: packedAt(hostPath, (await stat(hostPath)).isDirectory(), targets), targets };
+  return {
+    archive: packedAt(hostPath, (await stat(hostPath)).isDirectory(), targets),
+    targets: targets.map((target) => `/${rootRelative(target)}`),
+  };
 }
 
 /** The files of a start request as a tar to extract at the container's root (root-owned, mode 0644). */

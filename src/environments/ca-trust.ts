@@ -10,7 +10,7 @@ import path from 'node:path';
 
 import { writeFileAtomic } from '../results/files';
 import { hostCacheDir } from '../host-cache';
-import type { StartFile } from './environment';
+import type { StartFile } from '../contracts/environment';
 import { ifPresent } from '../files/absent';
 
 export const CA_TRUST_MODES = ['auto', 'on', 'off'] as const;

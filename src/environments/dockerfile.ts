@@ -1,9 +1,9 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 
-import type { Problem } from '../errors';
+import type { Problem } from '../contracts/errors';
 import { ifPresent } from '../files/absent';
-import type { RequirementTask } from './provider';
+import type { RequirementTask } from '../contracts/provider';
 
 /** Whether a task's environment/ folder holds a Dockerfile to build. */
 export async function hasDockerfileIn(environmentDir: string): Promise<boolean> {

@@ -6,11 +6,11 @@
  */
 import path from 'node:path';
 
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
-import { providerKeys } from '../job/schema';
-import { addImportedProvider } from './index';
-import type { EnvironmentProvider } from './provider';
+import type { Problem } from '../contracts/errors';
+import { InputError } from '../contracts/errors';
+import { providerKeys } from '../contracts/job-config';
+import { addImportedProvider } from './';
+import type { EnvironmentProvider } from '../contracts/provider';
 import { builtinProvider } from './registry';
 
 /** A path (relative to the job file, or absolute) rather than an npm package name. */

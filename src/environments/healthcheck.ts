@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import type { HealthcheckConfig } from '../task/schema';
-import type { EnvironmentHandle } from '../trial/types';
-import type { Environment } from './environment';
-import { TaskEnvironmentError } from './environment';
+import type { HealthcheckConfig } from '../contracts/task-config';
+import type { EnvironmentHandle } from '../contracts/trial';
+import type { Environment } from '../contracts/environment';
+import { TaskEnvironmentError } from '../contracts/environment';
 
 /**
  * task.toml `[environment.healthcheck]`, with Docker HEALTHCHECK's meaning as Harbor runs it: the command is run until

@@ -10,8 +10,9 @@ import path from 'node:path';
 import tarStream from 'tar-stream';
 
 import { resolveInside } from '../files/inside';
-import type { CollectLimits, CollectReport } from '../trial/types';
+import type { CollectLimits, CollectReport } from '../contracts/trial';
 import { ifPresent } from '../files/absent';
+import type { FolderSelection } from '../contracts/environment';
 
 /** Paths of a CollectReport's `cut` beyond the first few are only counted: the report travels in a payload. */
 const CUT_PATHS_KEPT = 20;
@@ -153,10 +154,6 @@ export async function extractArchive(
  * `maxSkippedBytes`, and one of the names that is not a folder there would land elsewhere than that folder's own
  * download puts it. Either way the extraction stops and reports it, for the caller to download each folder instead.
  */
-export interface FolderSelection {
-  folders: readonly string[];
-  maxSkippedBytes: number;
-}
 
 function selectedBy(
   { folders }: FolderSelection,

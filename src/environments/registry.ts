@@ -10,7 +10,7 @@ import { flyProvider } from './fly/provider';
 import { kubernetesProvider } from './kubernetes/provider';
 import { localProvider } from './local/provider';
 import { modalProvider } from './modal/provider';
-import type { EnvironmentProvider } from './provider';
+import type { EnvironmentProvider } from '../contracts/provider';
 
 export const PROVIDERS: readonly EnvironmentProvider[] = [
   dockerProvider,

@@ -1,4 +1,6 @@
 /** How a trial's container runs, whatever runs it (a Docker container, a pod, a cloud sandbox). */
+import { randomBytes } from 'node:crypto';
+
 import { shellQuote } from '../shell';
 
 /** The command that keeps a trial's container up. */
@@ -37,20 +39,52 @@ export function envList(env: Record<string, string>): string[] {
   return Object.entries(env).map(([key, value]) => `${key}=${value}`);
 }
 
+/** An exec as its argv and what must go first to its stdin: the environment's values, never in argv or a URL. */
+export interface CommandLine {
+  argv: string[];
+  /** Present when the request sets env: `export` lines then an end line, read and evaluated by the argv's shell. */
+  stdin?: string;
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
 /**
  * An exec request as one argv, for backends whose exec has no user, working directory or environment of its own (a
- * pod, a cloud sandbox): `env` sets the variables, the script starts in `cwd` (else `workdir`), and another user's
- * command goes through su (the environment runs as root).
+ * pod, a cloud sandbox): the script starts in `cwd` (else `workdir`), another user's command goes through su (the
+ * environment runs as root), and `env` comes through stdin, read by the user's shell before the script: a value in
+ * argv would be in every process's /proc/<pid>/cmdline and, on Kubernetes, in the exec request's URL.
  */
 export function commandLine(
   shell: string,
   request: { command: string; cwd?: string; env?: Record<string, string>; user?: string },
   workdir: string
-): string[] {
+): CommandLine {
   const cwd = request.cwd ?? workdir;
-  const script = cwd ? `cd ${shellQuote(cwd)} || exit 1\n${request.command}` : request.command;
-  const command = ['env', ...envList(request.env ?? {}), shell, '-c', script];
+  let script = cwd ? `cd ${shellQuote(cwd)} || exit 1\n${request.command}` : request.command;
+  const env = Object.entries(request.env ?? {});
+  let stdin: string | undefined;
+  if (env.length > 0) {
+    const bad = env.find(([name]) => !ENV_NAME.test(name));
+    if (bad) throw new Error(`not an environment variable name: ${JSON.stringify(bad[0].slice(0, 100))}`);
+    const end = `ROLLOUT_ENV_END_${randomBytes(12).toString('hex')}`;
+    stdin = `${env.map(([name, value]) => `export ${name}=${shellQuote(value)}`).join('\n')}\n${end}\n`;
+    script = `${readEnv(end)}\n${script}`;
+  }
+  const argv = [shell, '-c', script];
   return request.user && request.user !== '0' && request.user !== 'root'
-    ? ['su', '-s', '/bin/sh', '-c', `exec ${command.map(shellQuote).join(' ')}`, request.user]
-    : command;
+    ? { argv: ['su', '-s', '/bin/sh', '-c', `exec ${argv.map(shellQuote).join(' ')}`, request.user], stdin }
+    : { argv, stdin };
+}
+
+/** Shell reading stdin's lines up to `end` and evaluating them (commandLine's `export` lines), with builtins only. */
+function readEnv(end: string): string {
+  return [
+    '__rollout_env=',
+    `while IFS= read -r __rollout_line && [ "$__rollout_line" != ${end} ]; do`,
+    '  __rollout_env="$__rollout_env$__rollout_line',
+    '"',
+    'done',
+    'eval "$__rollout_env" || exit 1',
+    'unset __rollout_env __rollout_line',
+  ].join('\n');
 }

@@ -13,9 +13,9 @@ import type { Writable } from 'node:stream';
 import { z } from 'zod';
 
 import { ifPresent } from '../files/absent';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { jobFiles } from '../results/files';
-import { SESSION_AGENT } from '../trial/session-types';
+import { SESSION_AGENT } from '../contracts/session';
 import { atifRows } from './atif';
 import type { ExportContext, ExportFormat } from './format';
 import { rlRows } from './rl';

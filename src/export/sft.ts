@@ -7,10 +7,11 @@
 import type { ExportFormat } from './format';
 import { trialMetadata } from './format';
 import { lastLoopConversation, openAiMessage, readTrajectory, trajectoryConversation } from './sources';
+import { TRIAL_FILES } from '../contracts/paths';
 
 export const sftRows: ExportFormat = async function* (trial) {
   let conversation = await lastLoopConversation(trial);
-  let source = 'agent/llm-calls.jsonl';
+  let source: string = TRIAL_FILES.llmCalls;
   if (!conversation) {
     const trajectory = await readTrajectory(trial);
     if (!trajectory) return;

@@ -2,19 +2,19 @@
  * What the export formats read of a trial folder: the gateway's `agent/llm-calls.jsonl` (any dialect, in the
  * neutral OpenAI-style shape the dialects give) and the ATIF `agent/trajectory.json` (gateway trials and sessions).
  */
-import path from 'node:path';
 
 import { z } from 'zod';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import type { Message, ToolDefinition } from '../gateway/dialect';
 import { dialectByName } from '../gateway/dialects';
 import type { LlmCallRecord } from '../gateway/records';
-import { LLM_CALLS_FILE, readCallRecords } from '../gateway/records';
+import { readCallRecords } from '../gateway/records';
 import type { AtifTrajectory } from '../trajectory/atif';
 import { toolsKey } from '../trajectory/atif';
 import type { ExportTrial } from './trials';
 import { readInputJson } from './trials';
+import { trialLayout } from '../contracts/paths';
 
 /** A message as OpenAI's Chat Completions API takes it (tool call arguments as a JSON string). */
 export interface OpenAiMessage {
@@ -52,7 +52,7 @@ export interface Conversation {
 
 /** The calls file's generation records, one at a time, with their dialect (records of unknown dialects skipped). */
 export async function* generationCalls(trial: ExportTrial) {
-  const file = path.join(trial.dir, 'agent', LLM_CALLS_FILE);
+  const file = trialLayout(trial.dir).llmCalls;
   const records = readCallRecords(file);
   for (;;) {
     let next: IteratorResult<LlmCallRecord>;
@@ -138,8 +138,7 @@ const AtifSchema = z.looseObject({
 });
 
 export async function readTrajectory(trial: ExportTrial): Promise<AtifTrajectory | undefined> {
-  return (await readInputJson(path.join(trial.dir, 'agent', 'trajectory.json'), AtifSchema)) as
-    AtifTrajectory | undefined;
+  return (await readInputJson(trialLayout(trial.dir).trajectory, AtifSchema)) as AtifTrajectory | undefined;
 }
 
 /** Text of ATIF content: a string, or parts with text (the first, as Harbor's exporter takes it), else JSON. */

@@ -8,7 +8,7 @@ import path from 'node:path';
 
 import { z } from 'zod';
 
-import { InputError, zodProblems } from '../errors';
+import { InputError, zodProblems } from '../contracts/errors';
 import { isFolderName } from '../files/inside';
 import { primaryReward } from '../results/job-stats';
 import type { TrialResult } from '../results/trial-result';

@@ -10,7 +10,7 @@ import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from './adaptive-limit';
 import type { Vendor } from './dialect';
 import type { SharedConcurrency, SharedRateLimits } from './rate-limits';
 import { estimatedInputTokens, matchingRules, mergedRules } from './rate-limits';
-import type { RateLimitRule } from './rate-window';
+import type { RateLimitRule } from '../contracts/job-config';
 
 export interface CallLimitsOptions {
   /** The adaptive concurrency limit each upstream (origin) starts with, and its bounds. */

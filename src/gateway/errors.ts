@@ -1,23 +1,4 @@
-/** Model API failures seen at the gateway, as the typed trial errors they become when the agent then fails. */
-export const API_ERROR_TYPES = [
-  'ApiRateLimitError',
-  'AgentAuthenticationError',
-  'ContextWindowExceededError',
-  'ApiOverloadedError',
-  'ApiUnreachableError',
-] as const;
-export type ApiErrorType = (typeof API_ERROR_TYPES)[number];
-
-/**
- * The failures of the model's API itself (not of what the agent asked): a trial ending in one is not scored and is
- * retried like an infrastructure error. A context window overflow is the agent's doing and stays scored.
- */
-export const UPSTREAM_ERROR_TYPES = [
-  'ApiUnreachableError',
-  'ApiOverloadedError',
-  'ApiRateLimitError',
-  'AgentAuthenticationError',
-] as const satisfies readonly ApiErrorType[];
+import type { ApiErrorType } from '../contracts/trial-errors';
 
 /** How a call ended when no full HTTP answer came back. */
 export type BrokenCall = 'unreachable' | 'stream-cut' | 'client-closed';

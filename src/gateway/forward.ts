@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { AdaptiveLimit, Permit } from './adaptive-limit';
 import type { Dialect } from './dialect';
-import type { ApiErrorType } from './errors';
+import type { ApiErrorType } from '../contracts/trial-errors';
 import { classifyBroken, classifyStatus } from './errors';
 import type { CallAttempt } from './records';
 import { CONNECT_ATTEMPTS, RETRIED_STATUSES, connectRetryWaitMs, retryAfterMs, statusRetryWaitMs } from './retry-wait';

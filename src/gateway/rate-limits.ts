@@ -7,7 +7,7 @@ import { minimatch } from 'minimatch';
 
 import type { AdaptiveLimit } from './adaptive-limit';
 import type { Vendor } from './dialect';
-import type { RateLimitRule } from './rate-window';
+import type { RateLimitRule } from '../contracts/job-config';
 
 /** Grants leases of a shared limit; resolves once this call may go (rejects if `signal` aborts first). */
 export interface SharedRateLimits {

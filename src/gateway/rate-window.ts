@@ -3,14 +3,8 @@
  * Pure: the rate limiter workflow (one per deployment and rule) grants from it, so every worker of the deployment
  * draws from one window.
  */
-export interface RateLimitRule {
-  /** Which calls the rule covers: the upstream (vendor) and a model glob; absent keys match everything. */
-  match: { upstream?: 'openai' | 'anthropic' | 'gemini'; model?: string };
-  requests_per_minute?: number;
-  input_tokens_per_minute?: number;
-  /** Calls in flight at once toward the matched upstream, per worker (the adaptive limit gives way to it). */
-  max_concurrent?: number;
-}
+
+import type { RateLimitRule } from '../contracts/job-config';
 
 export interface RateAsk {
   requests: number;

@@ -4,7 +4,7 @@
  * file reaches MAX_CALLS_FILE_BYTES the bodies of later calls are not kept either (their usage and spend are).
  */
 import type { LlmCallRecord } from './records';
-import { LLM_CALLS_FILE } from './records';
+import { LLM_CALLS_FILE } from '../contracts/paths';
 
 export const MAX_RECORDED_BODY_CHARS = 8 * 2 ** 20;
 export const MAX_CALLS_FILE_BYTES = 512 * 2 ** 20;

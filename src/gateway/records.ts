@@ -3,9 +3,7 @@ import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 import type { CallKind, DialectName, Usage } from './dialect';
-import type { ApiErrorType } from './errors';
-
-export const LLM_CALLS_FILE = 'llm-calls.jsonl';
+import type { ApiErrorType } from '../contracts/trial-errors';
 
 export interface LlmCallRecord {
   /** 1-based order of the call within the trial's execute step. */

@@ -17,18 +17,19 @@ import type { BudgetRefusal, JobBudget, SpendSource } from './budget';
 import { NO_PRICE, untilWoken, wakeAll } from './budget';
 import type { TrainingOptions } from './call-additions';
 import type { Usage, Vendor } from './dialect';
-import type { ApiErrorType } from './errors';
+import type { ApiErrorType } from '../contracts/trial-errors';
 import { priceOf } from './prices';
-import type { RateLimitRule } from './rate-window';
+import type { RateLimitRule } from '../contracts/job-config';
 import type { LlmCallRecord } from './records';
-import { LLM_CALLS_FILE } from './records';
+import { LLM_CALLS_FILE } from '../contracts/paths';
 import { boundedRecordLine } from './record-bounds';
 import type { ReplicaPool } from './replicas';
 import { StickyReplica } from './replicas';
 import { gatewayCallEnded } from '../metrics/rollout-metrics';
 import type { Spend, TrialLimits } from './spend';
 import { addCallSpend, addSpend, copySpend, emptySpend, limitReached } from './spend';
-import type { GatewayAccess, Upstreams } from './upstreams';
+import type { Upstreams } from './upstreams';
+import type { GatewayAccess } from '../contracts/agent';
 
 const VENDOR_ROOTS: Record<Vendor, string> = { openai: '/openai/v1', anthropic: '/anthropic', gemini: '/gemini' };
 

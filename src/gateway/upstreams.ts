@@ -2,6 +2,7 @@
  * Where each vendor's calls go, read from the agent's env on the worker (like secrets), and the env a container
  * gets instead: gateway base URLs and a per-trial token in place of the real keys.
  */
+import type { GatewayAccess } from '../contracts/agent';
 import type { Vendor } from './dialect';
 
 export interface Upstream {
@@ -46,14 +47,6 @@ export function upstreamsFromEnv(env: Record<string, string>): Upstreams {
     return [vendor, { baseUrl, apiKey: first(env, spec.keys) ?? null }] as const;
   });
   return Object.fromEntries(entries) as Upstreams;
-}
-
-/** What a trial's processes get to reach the model through the gateway. */
-export interface GatewayAccess {
-  /** Accepted by the gateway for this trial only, and only while its execute step runs. */
-  token: string;
-  /** Per vendor, in the vendor SDK's convention (OpenAI's ends in `/v1`), as seen from the trial's environment. */
-  baseUrls: Record<Vendor, string>;
 }
 
 /**

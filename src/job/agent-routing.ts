@@ -3,9 +3,8 @@
  * through the gateway, and whether a cost cap can bound its model's calls.
  */
 import { BUILTIN_AGENTS } from '../agents/registry';
+import { ORACLE_AGENT } from '../contracts/job-config';
 import { priceOf } from '../gateway/prices';
-
-export const ORACLE_AGENT = 'oracle';
 
 export interface AgentRouting {
   name: string;

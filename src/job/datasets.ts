@@ -1,15 +1,15 @@
 import { isDeepStrictEqual } from 'node:util';
 
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
-import type { PinnedTask } from '../registry/schema';
+import type { Problem } from '../contracts/errors';
+import { InputError } from '../contracts/errors';
+import type { PinnedTask } from '../contracts/registry';
 import { fetchTasks, pinTasks } from '../registry/git-cache';
 import { findDataset, readRegistry, registryLabel } from '../registry/load';
 import type { EnvironmentRequirement, Task } from '../task/load';
 import { loadTask } from '../task/load';
 import { loadLocalDataset, unmatchedProblems } from './local-dataset';
 import type { ResolvedJob } from './load';
-import type { DatasetConfig, RegistryDatasetConfig } from './schema';
+import type { DatasetConfig, RegistryDatasetConfig } from '../contracts/job-config';
 import { selectTasks } from './select';
 
 export interface LoadedDataset {

@@ -3,14 +3,15 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { isScalar, LineCounter, parseDocument, visit } from 'yaml';
 
-import type { Problem } from '../errors';
-import { InputError, zodProblems } from '../errors';
+import type { Problem } from '../contracts/errors';
+import { InputError, zodProblems } from '../contracts/errors';
 import { isImportPath } from '../environments/external';
 import { loadDataset } from '../task/load';
 import { isStoreUrl, parseS3Url } from '../storage/location';
 import { loadLocalDataset } from './local-dataset';
-import type { JobConfig } from './schema';
-import { JobConfigSchema, PathDatasetSchema } from './schema';
+import type { JobConfig } from '../contracts/job-config';
+import { PathDatasetSchema } from '../contracts/job-config';
+import { JobConfigSchema } from './checks';
 
 /**
  * A job as resolved from its file: defaults applied, name set, paths absolute, and the file itself (so later problems

@@ -1,6 +1,6 @@
 import path from 'node:path';
 
-import type { Problem } from '../errors';
+import type { Problem } from '../contracts/errors';
 import type { EnvironmentRequirement, Task } from '../task/load';
 import { listDataset, loadEntries } from '../task/load';
 import type { TaskSelection } from './select';

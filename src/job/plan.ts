@@ -3,25 +3,27 @@ import path from 'node:path';
 
 import { agentInfo, catalogueAgent, installsNothing, isOracle } from '../agents/config';
 import { envReferences } from '../env-vars';
+import { creationPace } from '../environments/creation-rates';
 import { environmentKey } from '../environments/env-key';
 import { environmentRequirement, providerSettings } from '../environments';
 import { importProvider } from '../environments/external';
 import { healthcheckBudgetSec } from '../environments/healthcheck';
-import { parseBytes, parseCpus } from '../quantity';
+import { parseBytes, parseCpus } from '../contracts/quantity';
 import type { Task } from '../task/load';
 import { stepTaskConfig } from '../task/steps';
 import { taskEnvProblems } from '../task/task-env';
-import type { Problem } from '../errors';
-import { InputError, formatProblem } from '../errors';
-import { MAX_TIMER_SEC, overrideCapProblems } from '../task/caps';
-import type { TaskResources } from '../task/schema';
-import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../trial/types';
+import type { Problem } from '../contracts/errors';
+import { InputError, formatProblem } from '../contracts/errors';
+import { MAX_TIMER_SEC } from '../contracts/job-config';
+import { overrideCapProblems } from '../task/caps';
+import type { TaskResources } from '../contracts/task-config';
+import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
 import { readJobJson } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
-import type { AgentConfig } from './schema';
-import { providerKeys } from './schema';
+import type { AgentConfig } from '../contracts/job-config';
+import { providerKeys } from '../contracts/job-config';
 import { DEFAULT_RETRY_POLICY } from '../trial/retry';
 
 /** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
@@ -114,6 +116,7 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
             verify: !job.verifier.disable,
             hostLostTimeoutSec: options.hostLostTimeoutSec ?? DEFAULT_HOST_LOST_SEC,
             environmentSettings: providerSettings(job.environment.type, providerKeys(job.environment)),
+            ...creationPace(job.environment.type, job.environment.creates_per_second),
             ...(job.environment.task_env_allow.length ? { taskEnvAllow: job.environment.task_env_allow } : {}),
             ...(task.config.steps ? { multiStep: multiStepSpec(job, task, agent) } : {}),
             ...(job.rate_limits.length > 0 ? { rateLimits: job.rate_limits } : {}),

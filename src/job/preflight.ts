@@ -7,14 +7,14 @@
 import { catalogueAgent, usesGateway } from '../agents/config';
 import type { WireApi } from '../agents/builtin';
 import { resolveEnv } from '../env-vars';
-import type { Problem } from '../errors';
-import { InputError } from '../errors';
+import type { Problem } from '../contracts/errors';
+import { InputError } from '../contracts/errors';
 import type { Vendor } from '../gateway/dialect';
 import { probeUpstream } from '../gateway/probe';
 import { probeTokens } from '../gateway/probe-tokens';
 import type { Upstream } from '../gateway/upstreams';
 import { VENDOR_ENV, upstreamsFromEnv } from '../gateway/upstreams';
-import type { AgentConfig } from './schema';
+import type { AgentConfig } from '../contracts/job-config';
 
 /** An upstream that cannot be reached or rejects the key: nothing was started. */
 export class PreflightError extends Error {

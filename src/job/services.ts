@@ -12,7 +12,7 @@ import { mkdir, open, readFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { resolveEnv } from '../env-vars';
-import type { ServiceConfig } from './schema';
+import type { ServiceConfig } from '../contracts/job-config';
 
 const POLL_MS = 200;
 const STOP_GRACE_MS = 5_000;

@@ -7,10 +7,10 @@ import path from 'node:path';
 
 import { z } from 'zod';
 
-import { InputError, zodProblems } from '../errors';
-import type { RateLimitRule } from '../gateway/rate-window';
+import { InputError, zodProblems } from '../contracts/errors';
+import type { RateLimitRule } from '../contracts/job-config';
 import { readConfigMapping } from './load';
-import { RateLimitSchema } from './schema';
+import { RateLimitSchema } from '../contracts/job-config';
 
 export const WORKER_CONFIG_ENV = 'ROLLOUT_WORKER_CONFIG';
 

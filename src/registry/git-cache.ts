@@ -5,9 +5,9 @@ import { homedir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 import { ifPresent, isDirectory } from '../files/absent';
-import type { PinnedTask, RegistryTask } from './schema';
+import type { PinnedTask, RegistryTask } from '../contracts/registry';
 
 const run = promisify(execFile);
 

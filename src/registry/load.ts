@@ -2,10 +2,10 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
-import type { Problem } from '../errors';
-import { InputError, zodProblems } from '../errors';
-import type { RegistryDataset } from './schema';
-import { RegistrySchema } from './schema';
+import type { Problem } from '../contracts/errors';
+import { InputError, zodProblems } from '../contracts/errors';
+import type { RegistryDataset } from '../contracts/registry';
+import { RegistrySchema } from '../contracts/registry';
 
 /** Where a registry comes from: a registry.json on disk, one served over HTTP, or (neither) the default. */
 export type RegistrySource = { path: string } | { url: string } | undefined;

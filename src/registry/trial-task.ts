@@ -1,6 +1,6 @@
 import { isDirectory } from '../files/absent';
 import { fetchTaskArchive } from '../storage/task-archives';
-import type { TrialSpec } from '../trial/types';
+import type { TrialSpec } from '../contracts/trial';
 import { cachedTaskDir, fetchTasks } from './git-cache';
 
 /** Downloads under way in this process, by cache folder: trials of one task on this host fetch it once. */

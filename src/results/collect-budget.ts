@@ -7,9 +7,8 @@ import { lstat, readdir } from 'node:fs/promises';
 import path from 'node:path';
 
 import { CollectBudget } from '../environments/host-files';
-import { LLM_CALLS_FILE } from '../gateway/records';
-import type { CollectLimits } from '../trial/types';
-import { LOG_FOLDERS } from './files';
+import type { CollectLimits } from '../contracts/trial';
+import { LOG_FOLDERS, trialLayout } from '../contracts/paths';
 
 /** A trial folder's folders that hold what came out of its environment: logs and artifacts, of every step. */
 const COLLECTED_FOLDERS = [...LOG_FOLDERS, 'artifacts', 'steps'];
@@ -23,7 +22,7 @@ export async function trialCollectBudget(
   limits: CollectLimits,
   replacing: readonly string[]
 ): Promise<CollectBudget> {
-  const skipped = new Set([...replacing.map((dir) => path.resolve(dir)), path.join(trialDir, 'agent', LLM_CALLS_FILE)]);
+  const skipped = new Set([...replacing.map((dir) => path.resolve(dir)), trialLayout(trialDir).llmCalls]);
   const spent = { entries: 0, bytes: 0 };
   const walk = async (entry: string): Promise<void> => {
     if (skipped.has(entry)) return;

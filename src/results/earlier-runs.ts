@@ -8,14 +8,12 @@ import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 
 import { ifPresent } from '../files/absent';
-import { LLM_CALLS_FILE } from '../gateway/records';
-
-export const EARLIER_RUNS_DIR = 'earlier-runs';
+import { EARLIER_RUNS_DIR, LLM_CALLS_FILE, trialLayout } from '../contracts/paths';
 
 /** Empties the trial folder for a new run, keeping earlier runs' model-call records (the last run's moved in). */
 export async function startTrialRun(trialDir: string): Promise<void> {
-  const earlier = path.join(trialDir, EARLIER_RUNS_DIR);
-  const calls = path.join(trialDir, 'agent', LLM_CALLS_FILE);
+  const earlier = trialLayout(trialDir).earlierRuns;
+  const calls = trialLayout(trialDir).llmCalls;
   const kept = (await listRuns(trialDir)).length;
   // Only a run that made model calls leaves a record: no earlier-runs/ folder for the others (the first run above all).
   if (await ifPresent(stat(calls))) {
@@ -36,6 +34,6 @@ export async function earlierCallFiles(trialDir: string): Promise<string[]> {
 }
 
 async function listRuns(trialDir: string): Promise<string[]> {
-  const names = (await ifPresent(readdir(path.join(trialDir, EARLIER_RUNS_DIR)))) ?? [];
+  const names = (await ifPresent(readdir(trialLayout(trialDir).earlierRuns))) ?? [];
   return names.filter((name) => /^\d+$/.test(name)).sort((a, b) => Number(a) - Number(b));
 }

@@ -3,6 +3,7 @@ import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { workingJobDir } from '../storage/working-dir';
+import { trialLayout } from '../contracts/paths';
 
 /**
  * Writes a file so readers see the old or the new content, never a torn one (write to a sibling, then rename).
@@ -49,12 +50,6 @@ export async function readJson<T>(file: string): Promise<T | undefined> {
 }
 
 /**
- * The folders of the container's /logs that are collected, each into the trial folder's folder of the same name.
- * Nothing else: what an agent writes beside them (/logs/trial.log, /logs/result.json) would replace Rollout's own.
- */
-export const LOG_FOLDERS = ['agent', 'verifier'] as const;
-
-/**
  * Where things live in a job folder on this host. For a job in an object store (`s3://…`), the paths are in this
  * host's working folder of the job (src/storage/working-dir.ts), where trials write before their upload.
  */
@@ -63,6 +58,6 @@ export const jobFiles = {
   result: (jobDir: string) => path.join(workingJobDir(jobDir), 'result.json'),
   plan: (jobDir: string) => path.join(workingJobDir(jobDir), 'plan.jsonl'),
   trialDir: (jobDir: string, trialName: string) => path.join(workingJobDir(jobDir), trialName),
-  trialResult: (jobDir: string, trialName: string) => path.join(workingJobDir(jobDir), trialName, 'result.json'),
-  trialLog: (jobDir: string, trialName: string) => path.join(workingJobDir(jobDir), trialName, 'trial.log'),
+  trialResult: (jobDir: string, trialName: string) => trialLayout(path.join(workingJobDir(jobDir), trialName)).result,
+  trialLog: (jobDir: string, trialName: string) => trialLayout(path.join(workingJobDir(jobDir), trialName)).log,
 };

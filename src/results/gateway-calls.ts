@@ -8,13 +8,13 @@ import { rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { ifPresent } from '../files/absent';
-import { LLM_CALLS_FILE } from '../gateway/records';
+import { LLM_CALLS_FILE, trialLayout } from '../contracts/paths';
 
 /** Where collect sets the gateway's call records aside while the container's /logs/agent comes in over them. */
 const GATEWAY_CALLS_ASIDE = `.gateway-${LLM_CALLS_FILE}`;
 
 function callsFile(trialDir: string): string {
-  return path.join(trialDir, 'agent', LLM_CALLS_FILE);
+  return trialLayout(trialDir).llmCalls;
 }
 
 /**

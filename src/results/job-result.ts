@@ -1,8 +1,8 @@
 import type { JobStats, RewardMetrics } from './job-stats';
 import { finishedCount, groupMetrics } from './job-stats';
-import type { MetricType } from '../job/schema';
+import type { MetricType } from '../contracts/job-config';
 import type { BudgetLimits, Spend } from '../gateway/spend';
-import type { TrialUsage } from './usage';
+import type { TrialUsage } from '../contracts/trial';
 import { addUsage, emptyUsage } from './usage';
 
 /** `<job>/result.json`, rewritten as trials finish. Documented in docs/results.md. Pure: the Job workflow builds it. */

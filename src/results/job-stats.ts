@@ -2,11 +2,11 @@
  * Job statistics, folded one trial at a time so the Job workflow carries only a few numbers per agent × dataset
  * (never the trials themselves) across continue-as-new. Pure code: the Job workflow imports it.
  */
-import type { MetricType } from '../job/schema';
-import type { TrialErrorType, TrialSummary } from '../trial/types';
-import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
+import type { MetricType } from '../contracts/job-config';
+import type { TrialErrorType, TrialSummary } from '../contracts/trial';
+import { CANCELLED_ERROR, INFRASTRUCTURE_ERROR, isScored } from '../contracts/trial';
 import type { TaskTally } from './statistics';
-import type { TrialUsage } from './usage';
+import type { TrialUsage } from '../contracts/trial';
 import { addUsage, emptyUsage } from './usage';
 import { PASS_VALUE, meanEstimate, passAtKByK } from './statistics';
 

@@ -1,4 +1,4 @@
-import type { TrialUsage } from './usage';
+import type { TrialUsage } from '../contracts/trial';
 import type {
   AgentInfo,
   BuiltImage,
@@ -11,7 +11,7 @@ import type {
   TrialSpec,
   TrialSummary,
   Rewards,
-} from '../trial/types';
+} from '../contracts/trial';
 
 /** `<job>/<trial>/result.json`. Documented in docs/results.md. */
 export interface TrialResult {

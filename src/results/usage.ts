@@ -3,23 +3,10 @@
  * sub-agents, retries and side calls). Cost comes from the price table; a model it does not know makes the cost
  * null, with the reason, rather than a guess. Pure sums (addUsage) are used by the Job workflow too.
  */
+import type { TrialUsage } from '../contracts/trial';
 import type { LlmCallRecord } from '../gateway/records';
 import { callCost, priceOf } from '../gateway/prices';
 import { roundUsd } from '../gateway/spend';
-
-export interface TrialUsage {
-  n_llm_calls: number;
-  input_tokens: number;
-  output_tokens: number;
-  cached_tokens: number;
-  cost_usd: number | null;
-  /** Why cost_usd is null. */
-  cost_unknown_reason?: string;
-  /** Calls the gateway sent upstream more than once (a 429, 503, 529 or a connection error retried); absent before. */
-  n_retried_calls?: number;
-  /** Milliseconds calls waited at the gateway: shared rate limits, a concurrency slot, retry backoff; absent before. */
-  waited_ms?: number;
-}
 
 export function emptyUsage(): TrialUsage {
   return {

@@ -5,9 +5,10 @@ import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
-import { InputError, zodProblems } from '../errors';
-import type { AgentConfig } from '../job/schema';
-import { ENVIRONMENT_TYPES, ORACLE_AGENT } from '../job/schema';
+import { InputError, zodProblems } from '../contracts/errors';
+import type { AgentConfig } from '../contracts/job-config';
+import { ORACLE_AGENT } from '../contracts/job-config';
+import { ENVIRONMENT_TYPES } from '../environments/registry';
 import { loadJobFile } from '../job/load';
 
 export const ServeConfigSchema = z.strictObject({

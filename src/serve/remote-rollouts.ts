@@ -21,8 +21,8 @@ import type { TrialResult } from '../results/trial-result';
 import { VENDOR_ENV } from '../gateway/upstreams';
 import { sealEnv } from '../secrets/sealed-env';
 import { upstreamModelUrl } from './tracing-url';
-import type { TrialSpec, TrialSummary } from '../trial/types';
-import { INFRASTRUCTURE_ERROR, isScored } from '../trial/types';
+import type { TrialSpec, TrialSummary } from '../contracts/trial';
+import { INFRASTRUCTURE_ERROR, isScored } from '../contracts/trial';
 import { ifPresent } from '../files/absent';
 
 const MessageSchema = z.looseObject({ role: z.string(), content: z.unknown().optional() });

@@ -24,14 +24,14 @@ import {
 } from '../../workflows/session-messages';
 import { namedTrial } from '../api/rollout';
 import { boundedId } from '../job/plan';
-import { JOB_TASK_QUEUE } from '../temporal/queues';
+import { JOB_TASK_QUEUE } from '../contracts/queues';
 import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
 import { sessionTools } from '../trial/session-tools';
-import type { SessionLimits, SessionRecord, ToolCall } from '../trial/session-types';
-import type { TrialSpec } from '../trial/types';
+import type { SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
+import type { TrialSpec } from '../contracts/trial';
 import type { Route } from './route';
 import { WarmPool } from './warm-pool';
-import { InputError } from '../errors';
+import { InputError } from '../contracts/errors';
 
 const ErrorSchema = z.object({ error: z.string() });
 /** How long shutdown waits for a parked session to remove its container. */

@@ -8,7 +8,7 @@ import { createWriteStream } from 'node:fs';
 import { ifPresent } from '../files/absent';
 import { keyPath } from '../files/inside';
 import { writeFileAtomic } from '../results/files';
-import type { Store, StoredFile } from './contract';
+import type { Store, StoredFile } from '../contracts/store';
 import { temporarySibling } from './temporary';
 
 export class LocalStore implements Store {

@@ -19,7 +19,7 @@ import {
 import { Upload } from '@aws-sdk/lib-storage';
 
 import type { S3Location } from './location';
-import type { Store, StoredFile } from './contract';
+import type { Store, StoredFile } from '../contracts/store';
 import { temporarySibling } from './temporary';
 
 /** Parts of a streamed upload: S3's minimum part size, a few in flight (memory stays at a few parts). */

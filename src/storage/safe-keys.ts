@@ -1,6 +1,6 @@
 import { unsafeKeyReason } from '../files/inside';
 import { log } from '../log';
-import type { StoredFile } from './contract';
+import type { StoredFile } from '../contracts/store';
 
 /**
  * The files whose keys can name a local file: anyone who can write to a bucket can give an object any key, and a key

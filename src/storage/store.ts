@@ -1,8 +1,8 @@
 /** Stores opened by where they are (./contract.ts), and JSON through them. */
-import type { Store } from './contract';
+import type { Store } from '../contracts/store';
 import { isStoreUrl, parseS3Url } from './location';
 
-export type { Store, StoredFile } from './contract';
+export type { Store, StoredFile } from '../contracts/store';
 
 /** The store holding `root` (a local folder or an s3:// URL); the S3 client is loaded only when one is used. */
 export async function openStore(root: string): Promise<Store> {

@@ -7,32 +7,11 @@
 import { totalmem } from 'node:os';
 import path from 'node:path';
 
-import { z } from 'zod';
-
-import type { Problem } from '../errors';
-import { formatBytes, parseBytes, parseCpus, quantitySchema } from '../quantity';
-import type { TaskConfig } from './schema';
-import { separateVerifierEnvironment, taskResources } from './schema';
-
-/** setTimeout's longest delay (2^31 - 1 ms), in whole seconds: a timer asked for longer fires at once. */
-export const MAX_TIMER_SEC = Math.floor((2 ** 31 - 1) / 1000);
-
-/**
- * job.yaml `environment:` keys: the caps (see resourceCaps for their defaults). max_memory defaults to the host's
- * memory less 10 % for docker and local; pids, steps and timeouts are always capped.
- */
-export const CAP_KEYS = {
-  max_memory: quantitySchema(parseBytes).optional(),
-  max_cpus: quantitySchema(parseCpus).optional(),
-  max_storage: quantitySchema(parseBytes).optional(),
-  max_pids: z.number().int().positive().optional(),
-  max_steps: z.number().int().positive().optional(),
-  /** Each timeout a task declares (build, agent, verifier, healthcheck, collect hooks); at most a timer's 24.8 days. */
-  max_timeout_sec: z.number().positive().max(MAX_TIMER_SEC).optional(),
-};
-
-/** The job.yaml `environment:` keys the caps come from (all optional: see resourceCaps for the defaults). */
-export type CapSettings = { type: string } & z.infer<z.ZodObject<typeof CAP_KEYS>>;
+import type { Problem } from '../contracts/errors';
+import type { CapSettings } from '../contracts/job-config';
+import { formatBytes, parseBytes, parseCpus } from '../contracts/quantity';
+import type { TaskConfig } from '../contracts/task-config';
+import { separateVerifierEnvironment, taskResources } from '../contracts/task-config';
 
 export interface ResourceCaps {
   /** Absent: no cap (the provider's own sizes bound it). */

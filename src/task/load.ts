@@ -3,14 +3,14 @@ import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 
-import type { Problem } from '../errors';
-import { zodProblems } from '../errors';
+import type { Problem } from '../contracts/errors';
+import { zodProblems } from '../contracts/errors';
 import { ifPresent, isDirectory, isFile } from '../files/absent';
-import type { Task, TaskConfig, TaskStep } from './schema';
-import { TaskConfigSchema, taskResources } from './schema';
+import type { Task, TaskConfig, TaskStep } from '../contracts/task-config';
+import { TaskConfigSchema, taskResources } from '../contracts/task-config';
 
 // The task's shape lives with its schema (a leaf the agent contract reads); re-exported for the loader's callers.
-export type { Task, TaskStep } from './schema';
+export type { Task, TaskStep } from '../contracts/task-config';
 
 export type TaskLoad = { task: Task; problems: [] } | { task?: undefined; problems: Problem[] };
 

@@ -2,7 +2,7 @@
  * What a task.toml asks of the environment beyond its resources: network per phase, the users the agent and the
  * verifier run as, and which of its keys Rollout does not act on (named in the trial's `unenforced_limits`).
  */
-import type { NetworkMode, TaskConfig } from './schema';
+import type { NetworkMode, PhaseNetwork, TaskConfig } from '../contracts/task-config';
 
 /**
  * How Rollout handles each task.toml key (dotted path; tables whose keys are free, like `metadata` or `env`, are one
@@ -97,9 +97,6 @@ function isSet(value: unknown): boolean {
   if (typeof value === 'object') return Object.keys(value).length > 0;
   return true;
 }
-
-/** Whether a phase may reach the network: Harbor's `public` and `no-network` (an allowlist is refused at start). */
-export type PhaseNetwork = 'public' | 'none';
 
 /**
  * The network of each phase, as Harbor resolves it: `[environment] network_mode` (or the older `allow_internet`) is

@@ -7,7 +7,7 @@
 import path from 'node:path';
 
 import type { Task } from './load';
-import type { StepConfig, TaskConfig } from './schema';
+import type { StepConfig, TaskConfig } from '../contracts/task-config';
 
 /** The view of `task` for its step `name`; the task itself when it has no steps (name null). */
 export function taskAtStep(task: Task, name: string | null | undefined): Task {

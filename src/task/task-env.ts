@@ -4,12 +4,11 @@
  * only through names the operator lists in job.yaml `environment.task_env_allow` (empty by default). Vendor keys,
  * cloud credentials and Rollout's and Temporal's own variables are never readable by a task, listed or not.
  */
-import { z } from 'zod';
 
-import type { Problem } from '../errors';
+import type { Problem } from '../contracts/errors';
 import { envReferences } from '../env-vars';
 import { VENDOR_ENV } from '../gateway/upstreams';
-import type { TaskConfig } from './schema';
+import type { TaskConfig } from '../contracts/task-config';
 
 const NEVER_PREFIXES = ['ROLLOUT_', 'TEMPORAL_'];
 const NEVER_NAMES = new Set([
@@ -69,16 +68,3 @@ export function taskEnvProblems(config: TaskConfig, file: string, allow: readonl
 export function notAllowedMessage(name: string): string {
   return `\${${name}}: ${neverTaskEnv(name) ?? `${name} is not in job.yaml environment.task_env_allow`}`;
 }
-
-/** job.yaml `environment.task_env_allow`: variable names; one a task can never read is an error naming it. */
-export const TaskEnvAllowSchema = z
-  .array(
-    z
-      .string()
-      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an environment variable name')
-      .superRefine((name, ctx) => {
-        const never = neverTaskEnv(name);
-        if (never) ctx.addIssue({ code: 'custom', message: never });
-      })
-  )
-  .default([]);

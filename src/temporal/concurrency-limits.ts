@@ -16,10 +16,10 @@ import type { concurrencyLimiterWorkflow } from '../../workflows';
 import { reportSlotsUpdate } from '../../workflows/concurrency-limiter';
 import { AdaptiveLimit } from '../gateway/adaptive-limit';
 import { HOLDER_TTL_MS } from '../gateway/concurrency-share';
-import type { RateLimitRule } from '../gateway/rate-window';
+import type { RateLimitRule } from '../contracts/job-config';
 import { log } from '../log';
 import type { SharedConcurrency } from '../gateway/rate-limits';
-import { JOB_TASK_QUEUE } from './queues';
+import { JOB_TASK_QUEUE } from '../contracts/queues';
 import { limitKey } from './rate-limits';
 
 /** How often a busy holder reports; while calls wait for more than it holds, the faster pace. */

@@ -58,6 +58,13 @@ export async function connectClient(endpoint: TemporalEndpoint): Promise<{ conne
       ...endpoint.connection,
     });
   } catch (err) {
+    // The SDK's first call (GetSystemInfo) already carries the API key: a refused one fails the connection.
+    const cause = err instanceof Error ? err.cause : undefined;
+    if (endpoint.connection?.apiKey && (hasCode(cause, GRPC_UNAUTHENTICATED) || hasCode(cause, GRPC_PERMISSION_DENIED)))
+      throw new TemporalConfigError(
+        `Temporal at ${endpoint.address} refused the API key (${where('api_key')}): ${firstLine(cause)}`,
+        { cause: err }
+      );
     throw new TemporalConfigError(
       `Temporal unreachable at ${endpoint.address} (${where('address')}${tlsNote(endpoint, where)}): ` + firstLine(err),
       { cause: err }

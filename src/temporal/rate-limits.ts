@@ -13,8 +13,8 @@ import { WithStartWorkflowOperation } from '@temporalio/client';
 import type { rateLimiterWorkflow } from '../../workflows';
 import { acquireRateUpdate } from '../../workflows/rate-limiter';
 import type { SharedRateLimits } from '../gateway/rate-limits';
-import type { RateLimitRule } from '../gateway/rate-window';
-import { JOB_TASK_QUEUE } from './queues';
+import type { RateLimitRule } from '../contracts/job-config';
+import { JOB_TASK_QUEUE } from '../contracts/queues';
 
 const LEASE_MS = 1_000;
 const BATCH_SHARE = 0.02;

@@ -2,7 +2,7 @@ import type { LogLevel as TemporalLogLevel } from '@temporalio/common';
 import { IllegalStateError } from '@temporalio/common';
 import { DefaultLogger, makeTelemetryFilterString, Runtime } from '@temporalio/worker';
 
-import type { LogLevel } from '../log';
+import type { LogLevel } from '../contracts/job-config';
 import { logEnabled, setLogLevel } from '../log';
 
 /**

@@ -12,7 +12,7 @@ import type { SpendLedgers } from '../gateway/budget';
 import type { BudgetLimits } from '../gateway/spend';
 import type { JobBudgetResult } from '../results/job-result';
 import { jobSpendSeen } from '../metrics/rollout-metrics';
-import { JOB_TASK_QUEUE } from './queues';
+import { JOB_TASK_QUEUE } from '../contracts/queues';
 import { ifWorkflowExists } from './not-found';
 
 export class TemporalSpendLedgers implements SpendLedgers {

@@ -4,7 +4,7 @@
  */
 import type { SearchAttributePair } from '@temporalio/common';
 
-import type { TrialSpec } from '../trial/types';
+import type { TrialSpec } from '../contracts/trial';
 import {
   RolloutAgent,
   RolloutAttempt,

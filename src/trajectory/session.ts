@@ -5,7 +5,7 @@
  * are under each step's `extra`.
  */
 import type { ToolDefinition } from '../gateway/dialect';
-import type { SessionRecord } from '../trial/session-types';
+import type { SessionRecord } from '../contracts/session';
 import type { AtifTrajectory } from './atif';
 import { ATIF_VERSION } from './atif';
 

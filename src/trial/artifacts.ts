@@ -10,13 +10,14 @@ import path from 'node:path';
 
 import { ifPresent } from '../files/absent';
 import { shellQuote } from '../shell';
-import type { Environment } from '../environments/environment';
+import type { Environment } from '../contracts/environment';
 import type { CollectBudget } from '../environments/host-files';
-import type { ArtifactEntry, TaskConfig } from '../task/schema';
-import type { EnvironmentHandle } from './types';
+import type { ArtifactEntry, TaskConfig } from '../contracts/task-config';
+import type { EnvironmentHandle } from '../contracts/trial';
+import { CONTAINER_PATHS } from '../contracts/paths';
 
 /** Where agents publish files for the verifier, collected whether declared or not (Harbor's convention). */
-export const ARTIFACTS_CONVENTION_DIR = '/logs/artifacts';
+export const ARTIFACTS_CONVENTION_DIR = CONTAINER_PATHS.artifacts;
 
 /** The main service's name: the trial's container. */
 const MAIN = 'main';

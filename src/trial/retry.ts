@@ -1,7 +1,7 @@
 /** job.yaml `retry`: whether a finished trial runs again, and after how long. Pure: the Trial workflow imports it. */
 import { jitteredBackoffMs } from '../backoff';
-import { UPSTREAM_ERROR_TYPES } from '../gateway/errors';
-import type { RetryPolicy, TrialError } from './types';
+import { UPSTREAM_ERROR_TYPES } from '../contracts/trial-errors';
+import type { RetryPolicy, TrialError } from '../contracts/trial';
 
 /**
  * Without job.yaml `retry`, a trial the model's API failed (unreachable, overloaded, rate-limited after the gateway's

@@ -1,4 +1,4 @@
-import type { Rewards } from './types';
+import type { Rewards } from '../contracts/trial';
 
 export type RewardRead =
   { rewards: Rewards } | { error: 'RewardFileNotFoundError' | 'RewardFileParseError'; message: string };

@@ -1,6 +1,6 @@
 /** The tools a session offers its client, as OpenAI function definitions (in POST /sessions and the trajectory). */
 import type { ToolDefinition } from '../gateway/dialect';
-import type { SessionLimits } from './session-types';
+import type { SessionLimits } from '../contracts/session';
 
 export function sessionTools(limits: Pick<SessionLimits, 'stepTimeoutSec' | 'outputLimitBytes'>): ToolDefinition[] {
   return [

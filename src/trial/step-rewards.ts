@@ -2,7 +2,7 @@
  * Multi-step trials (Harbor's `[[steps]]`): when to stop after a step (`min_reward`) and the trial's reward from its
  * steps' (`multi_step_reward_strategy`). Pure: the Trial workflow runs it.
  */
-import type { MinReward, MultiStepRewardStrategy, Rewards } from './types';
+import type { MinReward, MultiStepRewardStrategy, Rewards } from '../contracts/trial';
 
 /**
  * Why a step's rewards fall short of its `min_reward`, or null when they meet it. A number gates on `reward`; a table

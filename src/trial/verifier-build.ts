@@ -1,9 +1,9 @@
 import path from 'node:path';
 
 import { environmentKey } from '../environments/env-key';
-import type { BuildRequest } from '../environments/environment';
+import type { BuildRequest } from '../contracts/environment';
 import type { Task } from '../task/load';
-import { separateVerifierEnvironment } from '../task/schema';
+import { separateVerifierEnvironment } from '../contracts/task-config';
 import { taskAtStep } from '../task/steps';
 
 export type VerifierBuildOptions = Pick<BuildRequest, 'force' | 'jobName' | 'signal'> & {

@@ -13,8 +13,8 @@ import { readJobTrials } from '../results/job-folder';
 import type { JobResult } from '../results/job-result';
 import type { RewardMetrics } from '../results/job-stats';
 import { addTrial, emptyStats, groupMetrics, primaryReward } from '../results/job-stats';
-import type { MetricType } from '../job/schema';
-import { CANCELLED_ERROR, isScored } from '../trial/types';
+import type { MetricType } from '../contracts/job-config';
+import { CANCELLED_ERROR, isScored } from '../contracts/trial';
 
 /** The parts of config.json the viewer shows. */
 export interface JobConfig {

@@ -3,11 +3,11 @@
  * calls, observations and per-step token metrics) and `agent/llm-calls.jsonl` (one model call per line: timestamps,
  * dialect, model, request, response, status, latency, usage). Either is optional; unknown fields are ignored.
  */
-import path from 'node:path';
 
 import { readRegularHead } from '../files/no-follow';
 import type { VNode } from './html';
 import { fmt, html } from './html';
+import { trialLayout } from '../contracts/paths';
 
 interface AtifToolCall {
   tool_call_id?: string;
@@ -64,8 +64,8 @@ const MAX_STEPS = 500;
 const MAX_TEXT = 4000;
 
 export async function readTrajectory(trialDir: string): Promise<Trajectory | undefined> {
-  const atifFile = await readCapped(path.join(trialDir, 'agent', 'trajectory.json'));
-  const callsFile = await readCapped(path.join(trialDir, 'agent', 'llm-calls.jsonl'));
+  const atifFile = await readCapped(trialLayout(trialDir).trajectory);
+  const callsFile = await readCapped(trialLayout(trialDir).llmCalls);
   if (!atifFile && !callsFile) return undefined;
   const trajectory: Trajectory = { truncated: Boolean(atifFile?.truncated || callsFile?.truncated) };
   if (atifFile && !atifFile.truncated) {

@@ -8,14 +8,14 @@
 import { randomBytes } from 'node:crypto';
 import { cpus, loadavg } from 'node:os';
 
-import type { AgentRun } from '../../src/agents/agent';
+import type { AgentRun } from '../../src/contracts/agent';
 import { createAgent } from '../../src/agents/create';
 import { BUILTIN_AGENTS } from '../../src/agents/registry';
 import { CA_TRUST_ENV, hostCaBundle, caBundleStart } from '../../src/environments/ca-trust';
 import { DockerEnvironment } from '../../src/environments/docker';
-import { AgentSchema } from '../../src/job/schema';
+import { AgentSchema } from '../../src/contracts/job-config';
 import type { Task } from '../../src/task/load';
-import type { EnvironmentHandle } from '../../src/trial/types';
+import type { EnvironmentHandle } from '../../src/contracts/trial';
 import { gatewayLatencyBenchmark } from './gateway-latency';
 
 const BASE_IMAGE = 'debian:bookworm-slim';

@@ -1,12 +1,15 @@
 /**
- * `npm run bench -- cloud [vendor] [trials]`: a cloud provider on its stand-in (test/support/<vendor>-stand-in.ts,
+ * `npm run bench -- cloud [vendor] [trials] [--latency <ms>]`: a cloud provider on its stand-in (test/environments/<vendor>/<vendor>-stand-in.ts,
  * NOT the vendor), Rollout against the floor, the vendor's own calls a trial needs (create a sandbox from the trial's
  * image, run the solution, run the tests, delete it) through its unmodified SDK (Fly: its Machines REST API), with
  * nothing of Rollout's around them:
  * - latency: one trial at a time; Rollout's added time per trial = its median trial time − the floor's;
  * - throughput at 64 concurrent: `trials` trials (default 128) each way, trials per second.
  * Rollout runs the oracle through the CLI (its own dev server, started by an untimed warm-up job). The stand-in's own
- * cost is in both sides alike. Nothing is asserted; the figures print side by side, with the load average.
+ * cost is in both sides alike. `--latency <ms>` delays every API call of both sides (test/support/latency-proxy.ts), as
+ * a vendor across the internet is. The stand-ins enforce no creation rate, so Rollout's job sets `creates_per_second`
+ * out of the way (the floor is not paced either). Nothing is asserted; the figures print side by side, with the load
+ * average.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
@@ -17,6 +20,7 @@ import { promisify } from 'node:util';
 import { FlyApi } from '../../src/environments/fly/api';
 import type { TrialResult } from '../../src/results/trial-result';
 import type { CloudStandIn, CloudVendor } from '../support/cloud-stand-in';
+import { delayedEnv } from '../support/latency-proxy';
 import { standInStarter } from '../support/stand-in';
 import { REPO_ROOT } from '../support/temporal';
 import { median } from './docker';
@@ -113,10 +117,19 @@ const FLOORS: Record<CloudVendor, Floor> = {
 const SETTINGS: Partial<Record<CloudVendor, Record<string, unknown>>> = {};
 
 export async function cloudBenchmark(args: string[]): Promise<void> {
-  const vendor = (args.find((arg) => !/^\d+$/.test(arg)) ?? 'fly') as CloudVendor;
-  const trials = Number(args.find((arg) => /^\d+$/.test(arg)) ?? 2 * CONCURRENCY);
+  const at = args.indexOf('--latency');
+  const latencyMs = at >= 0 ? Number(args[at + 1]) : 0;
+  if (!(Number.isInteger(latencyMs) && latencyMs >= 0))
+    throw new Error(`--latency: expected whole ms, got ${args[at + 1]}`);
+  const rest = at >= 0 ? [...args.slice(0, at), ...args.slice(at + 2)] : args;
+  const vendor = (rest.find((arg) => !/^\d+$/.test(arg)) ?? 'fly') as CloudVendor;
+  const trials = Number(rest.find((arg) => /^\d+$/.test(arg)) ?? 2 * CONCURRENCY);
   if (!Object.hasOwn(FLOORS, vendor)) throw new Error(`no floor for "${vendor}": add its calls to FLOORS`);
-  const standIn = await standInStarter(vendor)();
+  const started = await standInStarter(vendor)();
+  const delayed = latencyMs > 0 ? await delayedEnv(started.env, latencyMs) : null;
+  // Both sides reach the stand-in through the delayed addresses.
+  const standIn: CloudStandIn = Object.create(started, { env: { value: delayed?.env ?? started.env } }) as CloudStandIn;
+  console.error(`cloud ${vendor}: every API call delayed ${latencyMs} ms`);
   const dir = await mkdtemp(path.join(tmpdir(), `rollout-bench-cloud-${vendor}-`));
   const image = 'debian:bookworm-slim';
   try {
@@ -155,7 +168,8 @@ export async function cloudBenchmark(args: string[]): Promise<void> {
         `ratio ${(floorWall / rolloutThroughput.wall).toFixed(2)}`
     );
   } finally {
-    await standIn.stop();
+    await delayed?.close();
+    await started.stop();
     await rm(dir, { recursive: true, force: true });
   }
 }
@@ -190,6 +204,7 @@ async function rolloutJob(
       `n_concurrent_trials: ${options.concurrency}`,
       'environment:',
       `  type: ${options.vendor}`,
+      '  creates_per_second: 10000',
       ...settings,
       'agents:',
       '  - name: oracle',

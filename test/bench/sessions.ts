@@ -12,7 +12,7 @@ import Docker from 'dockerode';
 
 import { stepExec } from '../../activities/session';
 import { createEnvironment } from '../../src/environments';
-import { LABEL_TRIAL } from '../../src/environments/environment';
+import { LABEL_TRIAL } from '../../src/contracts/environment';
 import { removeJobLeftovers } from '../support/docker';
 import { freePort, ServeProcess } from '../support/serve';
 import { TEST_HOST_ID, testTemporal } from '../support/temporal';

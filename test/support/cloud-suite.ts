@@ -1,6 +1,6 @@
 /**
  * The tests every cloud sandbox provider passes, on its vendor's stand-in (`npm test`) or on the real service
- * (`npm run test:cloud`, credentials set): each vendor's test/e2e.cloud-<vendor>.test.ts is one call of cloudSuite.
+ * (`npm run test:cloud`, credentials set): each vendor's test/environments/<vendor>/e2e.cloud-<vendor>.test.ts is one call of cloudSuite.
  * Through the real CLI, Temporal and the provider's own SDK (or REST client):
  * - without credentials, one line naming the variable and exit 2; `rollout build` prebuilds; the examples job exits 0
  *   with the right rewards;

@@ -5,7 +5,7 @@ import Docker from 'dockerode';
 
 import { DockerNetwork } from '../../src/environments/docker/network';
 
-import { LABEL_JOB } from '../../src/environments/environment';
+import { LABEL_JOB } from '../../src/contracts/environment';
 
 /** A client per call: it reads DOCKER_HOST then, so a test that moves to a private daemon is followed. */
 const engine = (): Docker => new Docker();

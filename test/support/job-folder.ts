@@ -12,9 +12,9 @@ import type { JobBudgetResult, JobResult } from '../../src/results/job-result';
 import { buildJobResult } from '../../src/results/job-result';
 import { addTrial, emptyStats } from '../../src/results/job-stats';
 import type { TrialResult } from '../../src/results/trial-result';
-import type { MetricType } from '../../src/job/schema';
-import type { Rewards, StepName, TrialError } from '../../src/trial/types';
-import { STEPS } from '../../src/trial/types';
+import type { MetricType } from '../../src/contracts/job-config';
+import type { Rewards, StepName, TrialError } from '../../src/contracts/trial';
+import { STEPS } from '../../src/contracts/trial';
 
 export interface FixtureTrial {
   task: string;

@@ -1,14 +1,16 @@
 /**
- * `npm run stand-in -- <modal|daytona|e2b|fly> [--faults rate=0.2]`: starts one vendor's stand-in (test/support/<vendor>-stand-in.ts),
+ * `npm run stand-in -- <modal|daytona|e2b|fly> [--faults rate=0.2] [--latency <ms>]`: starts one vendor's stand-in
+ * (test/environments/<vendor>/<vendor>-stand-in.ts),
  * prints `export NAME=value` lines that point the vendor's SDK and Rollout's credentials check at it (eval them, or
  * paste them, in the shell that runs `rollout`), and runs until stopped: SIGINT or SIGTERM removes its sandboxes
  * (containers) and images. Not the vendor: see docs/environments.md.
  */
 import type { CloudStandIn, CloudVendor } from './cloud-stand-in';
-import { startDaytonaStandIn } from './daytona-stand-in';
-import { startE2BStandIn } from './e2b-stand-in';
-import { startFlyStandIn } from './fly-stand-in';
-import { startModalStandIn } from './modal-stand-in';
+import { startDaytonaStandIn } from '../environments/daytona/daytona-stand-in';
+import { startE2BStandIn } from '../environments/e2b/e2b-stand-in';
+import { startFlyStandIn } from '../environments/fly/fly-stand-in';
+import { startModalStandIn } from '../environments/modal/modal-stand-in';
+import { delayedEnv } from './latency-proxy';
 import { parseFaults } from './stand-in-faults';
 
 /** Each vendor's stand-in: one line each. */
@@ -30,25 +32,44 @@ function shellValue(value: string): string {
   return /^[\w@%+=:,./-]*$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
-/** `<vendor> [--faults rate=<0..1>]`. */
-function parseArgs(args: string[]): { vendor: string; faults: { rate: number } | null } {
+interface StandInArgs {
+  vendor: string;
+  faults: { rate: number } | null;
+  /** Every API call delayed this long (test/support/latency-proxy.ts); 0: none. */
+  latencyMs: number;
+}
+
+/** `<vendor> [--faults rate=<0..1>] [--latency <ms>]`. */
+function parseArgs(args: string[]): StandInArgs {
   const [vendor = '', ...rest] = args;
   let faults: { rate: number } | null = null;
+  let latencyMs = 0;
   for (let i = 0; i < rest.length; i++) {
     const arg = rest[i]!;
-    if (arg === '--faults') faults = parseFaults(rest[++i] ?? '');
-    else if (arg.startsWith('--faults=')) faults = parseFaults(arg.slice('--faults='.length));
-    else throw new Error(`unknown argument "${arg}" (expected --faults rate=<0..1>)`);
+    const [flag, inline] = arg.startsWith('--') && arg.includes('=') ? arg.split(/=(.*)/s) : [arg, undefined];
+    const value = () => inline ?? rest[++i] ?? '';
+    if (flag === '--faults') faults = parseFaults(value());
+    else if (flag === '--latency') latencyMs = parseLatency(value());
+    else throw new Error(`unknown argument "${arg}" (expected --faults rate=<0..1> or --latency <ms>)`);
   }
-  return { vendor, faults };
+  return { vendor, faults, latencyMs };
+}
+
+function parseLatency(text: string): number {
+  const ms = Number(text);
+  if (text.trim() === '' || !Number.isInteger(ms) || ms < 0 || ms > 60_000) {
+    throw new Error(`--latency: expected whole milliseconds from 0 to 60000, got "${text}"`);
+  }
+  return ms;
 }
 
 async function main(): Promise<void> {
   let start: () => Promise<CloudStandIn>;
   let vendor: string;
   let faults: { rate: number } | null;
+  let latencyMs: number;
   try {
-    ({ vendor, faults } = parseArgs(process.argv.slice(2)));
+    ({ vendor, faults, latencyMs } = parseArgs(process.argv.slice(2)));
     start = standInStarter(vendor);
   } catch (err) {
     console.error(`stand-in: ${(err as Error).message}`);
@@ -77,8 +98,11 @@ async function main(): Promise<void> {
   standIn = await start();
   if (stopping) return stop();
   if (faults) standIn.setFaults(faults);
-  for (const [name, value] of Object.entries(standIn.env)) console.log(`export ${name}=${shellValue(value)}`);
-  const faulty = faults ? `; ${faults.rate * 100}% of API calls answered with ${vendor}'s rate-limit reply` : '';
+  const env = latencyMs > 0 ? (await delayedEnv(standIn.env, latencyMs)).env : standIn.env;
+  for (const [name, value] of Object.entries(env)) console.log(`export ${name}=${shellValue(value)}`);
+  const delayed = latencyMs > 0 ? `; every API call delayed ${latencyMs} ms` : '';
+  const faulty =
+    (faults ? `; ${faults.rate * 100}% of API calls answered with ${vendor}'s rate-limit reply` : '') + delayed;
   console.error(
     `stand-in: ${vendor} stand-in running (its sandboxes are local Docker containers${faulty}); Ctrl-C stops it`
   );

@@ -1,5 +1,5 @@
 /**
- * Machines of the object-store tests (test/e2e.storage.test.ts): the CLI and each worker a separate process with its
+ * Machines of the object-store tests (test/e2e/e2e.storage.test.ts): the CLI and each worker a separate process with its
  * own working folder and HOME, sharing no path with the others, only the object store and the Temporal server; and
  * what those tests read of the bucket.
  */

@@ -2,7 +2,7 @@
 import { proxyActivities } from '@temporalio/workflow';
 
 import type { JobActivities, ProviderActivities } from '../../activities';
-import { IMAGE_REMOVAL_START_TIMEOUT_SEC } from '../../src/temporal/queues';
+import { IMAGE_REMOVAL_START_TIMEOUT_SEC } from '../../src/contracts/queues';
 import { HOUSEKEEPING_HEARTBEAT_MS } from '../trial/activities';
 
 export const { readPlanPage, writeJobResult, endedTrials } = proxyActivities<JobActivities>({

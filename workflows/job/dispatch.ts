@@ -7,7 +7,7 @@ import { ApplicationFailure, ParentClosePolicy, startChild, workflowInfo } from 
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 
 import { trialStartOptions } from '../../src/temporal/trial-start';
-import type { TrialSpec } from '../../src/trial/types';
+import type { TrialSpec } from '../../src/contracts/trial';
 import { trialWorkflow } from '../trial';
 import { readPlanPage } from './activities';
 import type { Housekeeper } from './housekeeping';

@@ -4,7 +4,7 @@
  */
 import { CancellationScope, condition, getExternalWorkflowHandle, log, sleep } from '@temporalio/workflow';
 
-import { INFRASTRUCTURE_ERROR } from '../../src/trial/types';
+import { INFRASTRUCTURE_ERROR } from '../../src/contracts/trial';
 import { endedTrials } from './activities';
 import type { JobPatches } from './patches';
 import type { JobState } from './state';

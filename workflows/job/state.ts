@@ -3,13 +3,13 @@
  * and what is carried across continue-as-new. Pure code (no workflow APIs, times passed in), so it reads and tests
  * alone; the workflow modules beside it act on it.
  */
-import type { EnvironmentType, MetricType } from '../../src/job/schema';
+import type { EnvironmentType, MetricType } from '../../src/contracts/job-config';
 import type { JobResult } from '../../src/results/job-result';
 import { buildJobResult } from '../../src/results/job-result';
 import type { JobStats } from '../../src/results/job-stats';
 import { addTrial, emptyStats, finishedCount, primaryReward } from '../../src/results/job-stats';
-import type { TrialSpec, TrialSummary } from '../../src/trial/types';
-import { isScored } from '../../src/trial/types';
+import type { TrialSpec, TrialSummary } from '../../src/contracts/trial';
+import { isScored } from '../../src/contracts/trial';
 import type { JobControlState, JobProgress, RunningTrialInfo } from '../messages';
 
 export interface JobInput {

@@ -17,7 +17,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 
-import { JOB_BUDGET_ERROR } from '../../src/trial/errors';
+import { JOB_BUDGET_ERROR } from '../../src/contracts/trial-errors';
 import type { JobProgress } from '../messages';
 import { budgetChangedSignal, jobProgressQuery, trialFinishedSignal } from '../messages';
 import { budgetLedgerId, closeLedgerSignal } from '../budget-ledger';

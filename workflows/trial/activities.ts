@@ -5,9 +5,9 @@ import { log, proxyActivities, proxyLocalActivities } from '@temporalio/workflow
 import type { JobActivities, LocalStepActivities, ProviderActivities } from '../../activities';
 import type { WrittenTrialResult } from '../../activities/results';
 import type { TrialResult } from '../../src/results/trial-result';
-import { JOB_TASK_QUEUE } from '../../src/temporal/queues';
-import type { TaskStepSpec, TrialSpec } from '../../src/trial/types';
-import { TASK_ERROR_TYPES } from '../../src/trial/types';
+import { JOB_TASK_QUEUE } from '../../src/contracts/queues';
+import type { TaskStepSpec, TrialSpec } from '../../src/contracts/trial';
+import { TASK_ERROR_TYPES } from '../../src/contracts/trial';
 import type { StepPlacement } from './local-steps';
 import { preferHere } from './local-steps';
 

@@ -3,7 +3,7 @@ import { CancellationScope, isCancellation, log, proxyActivities, setCurrentDeta
 
 import type { ProviderActivities } from '../../activities';
 import { isStoreUrl } from '../../src/storage/location';
-import { providerQueue } from '../../src/temporal/queues';
+import { providerQueue } from '../../src/contracts/queues';
 import type {
   CleanupError,
   BuiltImage,
@@ -13,8 +13,8 @@ import type {
   StepName,
   StepTiming,
   TrialSpec,
-} from '../../src/trial/types';
-import { INFRASTRUCTURE_ERROR } from '../../src/trial/types';
+} from '../../src/contracts/trial';
+import { INFRASTRUCTURE_ERROR } from '../../src/contracts/trial';
 import type { TrialState } from '../messages';
 import type { HostActivities } from './activities';
 import { HOUSEKEEPING_HEARTBEAT_MS, hostActivities } from './activities';

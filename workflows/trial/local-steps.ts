@@ -5,7 +5,7 @@
  */
 import { ActivityFailure, ApplicationFailure, patched } from '@temporalio/workflow';
 
-import { NOT_THIS_HOST } from '../../src/trial/session-types';
+import { NOT_THIS_HOST } from '../../src/contracts/session';
 
 /** Trials started before their steps could run as local activities replay without them. */
 const LOCAL_STEPS_PATCH = 'trial-steps-local-activities';

@@ -10,8 +10,8 @@ import type {
   StepName,
   TaskStepResult,
   TrialError,
-} from '../../src/trial/types';
-import { INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES } from '../../src/trial/types';
+} from '../../src/contracts/trial';
+import { INFRASTRUCTURE_ERROR, TASK_ERROR_TYPES } from '../../src/contracts/trial';
 
 export interface Outcome {
   rewards: Rewards | null;

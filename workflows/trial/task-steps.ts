@@ -9,8 +9,8 @@ import type {
   StepTiming,
   TaskStepResult,
   TrialSpec,
-} from '../../src/trial/types';
-import { INFRASTRUCTURE_ERROR } from '../../src/trial/types';
+} from '../../src/contracts/trial';
+import { INFRASTRUCTURE_ERROR } from '../../src/contracts/trial';
 import type { HostActivities } from './activities';
 import type { Outcome } from './outcome';
 import { classify, executeError } from './outcome';

@@ -19,8 +19,15 @@ import { retryWaitMs } from '../../src/trial/retry';
 import type { TrialResult } from '../../src/results/trial-result';
 import { summaryFromResult } from '../../src/results/trial-result';
 import { RolloutReward, RolloutStatus } from '../../src/temporal/search-attributes';
-import type { BuiltImage, CleanupError, StepName, StepTiming, TrialSpec, TrialSummary } from '../../src/trial/types';
-import { CANCELLED_ERROR, trialStatus } from '../../src/trial/types';
+import type {
+  BuiltImage,
+  CleanupError,
+  StepName,
+  StepTiming,
+  TrialSpec,
+  TrialSummary,
+} from '../../src/contracts/trial';
+import { CANCELLED_ERROR, trialStatus } from '../../src/contracts/trial';
 import type { TrialState } from '../messages';
 import { trialFinishedSignal, trialStateQuery } from '../messages';
 import { writeResult } from './activities';

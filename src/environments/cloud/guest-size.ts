@@ -4,8 +4,8 @@
  * log, or refused before the job starts (environmentRequirement, one line naming task.toml's field). A vendor 4xx
  * after the job started is what this avoids.
  */
-import type { GuestSize, GuestSizeRefusal } from '../provider';
-import { TaskEnvironmentError } from '../environment';
+import type { GuestSize, GuestSizeRefusal } from '../../contracts/provider';
+import { TaskEnvironmentError } from '../../contracts/environment';
 
 const MIB = 2 ** 20;
 

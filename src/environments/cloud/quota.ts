@@ -8,6 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { jitteredBackoffMs } from '../../backoff';
+import { quotaReplied, quotaRetrying } from '../quota-replies';
 
 export class CloudQuotaError extends Error {
   constructor(
@@ -73,6 +74,7 @@ export async function withQuotaBackoff<T>(
       if (lasting !== null) throw new CloudQuotaError(provider, lasting, null);
       const message = quotaMessage(err);
       if (message === null) throw err;
+      quotaReplied();
       const waited = Date.now() - begun;
       if (waited >= maxWaitMs) throw new CloudQuotaError(provider, message, waited);
       const delay = Math.min(
@@ -81,6 +83,7 @@ export async function withQuotaBackoff<T>(
       );
       options.onWait?.(delay, message);
       await sleep(delay, undefined, options.signal ? { signal: options.signal } : {});
+      await quotaRetrying(options.signal);
     }
   }
 }

@@ -3,8 +3,15 @@
  * (vendor tags or metadata) that tell the janitor whose a sandbox is, and the platform-side lifetime that ends a
  * sandbox whose worker died before it could remove it.
  */
-import type { EnvironmentOwner, HeldEnvironment, StartRequest } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../environment';
+import type { EnvironmentOwner, HeldEnvironment, StartRequest } from '../../contracts/environment';
+import {
+  LABEL_DEPLOYMENT,
+  LABEL_HOST,
+  LABEL_JOB,
+  LABEL_ROLE,
+  LABEL_TRIAL,
+  LABEL_WORKER,
+} from '../../contracts/environment';
 
 /**
  * A label's key as a vendor takes it: Rollout's own (`rollout.trial`), or with `_` for `.` where keys may hold no

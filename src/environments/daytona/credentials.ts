@@ -2,7 +2,7 @@
  * Daytona's credentials, checked before a job starts: the SDK reads them from the worker's environment (never from
  * job.yaml, workflow inputs or the sandbox), and a missing one is one line naming the variable (exit 2).
  */
-import { ProviderConfigError } from '../provider';
+import { ProviderConfigError } from '../../contracts/provider';
 
 export const API_KEY_VARIABLE = 'DAYTONA_API_KEY';
 export const API_URL_VARIABLE = 'DAYTONA_API_URL';

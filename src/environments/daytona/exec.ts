@@ -10,12 +10,12 @@ import type { Sandbox } from '@daytonaio/sdk';
 
 import { log } from '../../log';
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { Shells } from '../kit/shell';
-import { KILL_ALL, envList, commandLine } from '../trial-container';
+import { KILL_ALL, commandLine } from '../trial-container';
 import type { DaytonaClients } from './client';
 import { daytonaCall, isNotFound } from './client';
 
@@ -36,13 +36,14 @@ export class SandboxExec {
     request.signal?.throwIfAborted();
     const sandbox = await this.clients.sandbox(handle.id);
     const shell = await this.shellOf(sandbox);
-    const command = commandLine(shell, request, handle.workdir).map(shellQuote).join(' ');
+    const { argv, stdin } = commandLine(shell, request, handle.workdir);
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const session = await this.session(sandbox, command, {
+    const session = await this.session(sandbox, argv.map(shellQuote).join(' '), {
       onStdout: (text) => stdout.write(text),
       onStderr: (text) => stderr.write(text),
     });
+    if (stdin !== undefined) await writeLines(session, stdin);
     const outcome = await new Promise<'ended' | 'timedOut' | 'aborted'>((resolve) => {
       let timer: NodeJS.Timeout | undefined;
       const settle = (result: 'ended' | 'timedOut' | 'aborted') => {
@@ -89,8 +90,14 @@ export class SandboxExec {
   /** A process whose stdin and stdout stay open (the gateway relay's channel). See session. */
   async openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
     const sandbox = await this.clients.sandbox(handle.id);
-    const command = ['env', ...envList(request.env ?? {}), '/bin/sh', '-c', request.command].map(shellQuote).join(' ');
-    return this.session(sandbox, command, { onStdout: request.onStdout, onStderr: request.onStderr });
+    // Its env first, through its stdin, as exec's (see commandLine); then the stream is the caller's.
+    const { argv, stdin } = commandLine('/bin/sh', { command: request.command, cwd: '', env: request.env }, '');
+    const process = await this.session(sandbox, argv.map(shellQuote).join(' '), {
+      onStdout: request.onStdout,
+      onStderr: request.onStderr,
+    });
+    if (stdin !== undefined) await writeLines(process, stdin);
+    return process;
   }
 
   /**
@@ -146,4 +153,9 @@ export class SandboxExec {
       async (probe) => (await daytonaCall(() => sandbox.process.executeCommand(probe))).exitCode
     );
   }
+}
+
+/** Lines to a session command's stdin: the daemon ends each write with a newline, so the last one is left off. */
+async function writeLines(process: StreamedProcess, text: string): Promise<void> {
+  await process.write(text.replace(/\n$/, ''));
 }

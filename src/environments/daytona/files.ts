@@ -4,7 +4,7 @@
  */
 import { createReadStream } from 'node:fs';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { withHostCopy } from '../cloud/host-copy';
 import type { StagedCarrier } from '../kit/tar-transfer';
 import { StagedTransfer } from '../kit/tar-transfer';

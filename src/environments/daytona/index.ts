@@ -7,8 +7,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -23,8 +23,8 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import type { StagedTransfer } from '../kit/tar-transfer';

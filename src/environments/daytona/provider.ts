@@ -5,9 +5,9 @@
 import path from 'node:path';
 
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
+import type { EnvironmentProvider } from '../../contracts/provider';
 import { checkDaytonaCredentials } from './credentials';
-import type * as DaytonaModule from './index';
+import type * as DaytonaModule from './';
 import { DaytonaSettingsSchema } from './settings';
 
 export const daytonaProvider: EnvironmentProvider = {
@@ -47,7 +47,7 @@ export const daytonaProvider: EnvironmentProvider = {
   check: () => checkDaytonaCredentials(),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { DaytonaEnvironment } = require('./index') as typeof DaytonaModule;
+    const { DaytonaEnvironment } = require('./') as typeof DaytonaModule;
     return new DaytonaEnvironment(owner);
   },
 };

@@ -11,10 +11,10 @@ import path from 'node:path';
 import type { Daytona, Snapshot } from '@daytonaio/sdk';
 import { DaytonaError, Image } from '@daytonaio/sdk';
 
-import type { EnvironmentHandle, TrialResources } from '../../trial/types';
+import type { EnvironmentHandle, TrialResources } from '../../contracts/trial';
 import { hasDockerfileIn } from '../dockerfile';
-import type { BuildRequest, BuildResult, InstallSnapshots } from '../environment';
-import { LABEL_ENV_KEY, TaskEnvironmentError } from '../environment';
+import type { BuildRequest, BuildResult, InstallSnapshots } from '../../contracts/environment';
+import { LABEL_ENV_KEY, TaskEnvironmentError } from '../../contracts/environment';
 import { CloudQuotaError } from '../cloud/quota';
 import type { DaytonaClients } from './client';
 import { daytonaCall, isNotFound } from './client';

@@ -1,7 +1,7 @@
 /** Stopping and removing a trial's containers, and finding what this host still holds (for the janitor). */
-import type { EnvironmentHandle } from '../../trial/types';
-import type { HeldEnvironment } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { HeldEnvironment } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../../contracts/environment';
 import type { DockerEngine } from '../image-builder/engine';
 import { ignoreMissing, statusCode } from '../image-builder/engine';
 import { LABEL_COMPOSE_PROJECT } from './compose';

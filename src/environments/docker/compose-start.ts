@@ -1,10 +1,10 @@
 /** A trial whose task has a docker-compose.yaml: its compose project, and the containers of its other services. */
 import path from 'node:path';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { hasDockerfileIn } from '../dockerfile';
-import type { StartRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { StartRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { imageTag } from '../image-builder/builder';
 import type { DockerEngine } from '../image-builder/engine';
 import type { DockerCleanup } from './cleanup';

@@ -10,10 +10,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 import { LineTail, runCommand } from '../cli-command';
-import { TaskEnvironmentError } from '../environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import type { ComposeModel, ComposeProblem, ComposeService } from './compose-policy';
 import { hardenModel, modelProblems, rawComposeProblems } from './compose-policy';
 import { ifPresent } from '../../files/absent';
+import { CONTAINER_PATHS } from '../../contracts/paths';
 
 /** The service that is the trial's container. */
 export const MAIN_SERVICE = 'main';
@@ -45,7 +46,11 @@ export function projectName(trialName: string, trialId: string): string {
 }
 
 /** Harbor's legacy log-folder variables (HOST_/ENV_<name>_PATH) and the folder of main each stands for. */
-const LOG_FOLDERS = { AGENT_LOGS: '/logs/agent', VERIFIER_LOGS: '/logs/verifier', ARTIFACTS: '/logs/artifacts' };
+const LOG_FOLDERS = {
+  AGENT_LOGS: CONTAINER_PATHS.agentLogs,
+  VERIFIER_LOGS: CONTAINER_PATHS.verifierLogs,
+  ARTIFACTS: CONTAINER_PATHS.artifacts,
+};
 
 /** What Harbor's compose infra variables stand for in one trial (or one build). */
 export interface ComposeInfra {

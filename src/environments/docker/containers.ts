@@ -1,9 +1,9 @@
 /** Starting a trial's container (or its compose project): image, limits, labels, files, users. */
 import type Docker from 'dockerode';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { createHash } from 'node:crypto';
-import type { StartRequest, StartResult } from '../environment';
+import type { StartRequest, StartResult } from '../../contracts/environment';
 import {
   LABEL_DEPLOYMENT,
   LABEL_HOST,
@@ -12,7 +12,7 @@ import {
   LABEL_TRIAL,
   LABEL_WORKER,
   TaskEnvironmentError,
-} from '../environment';
+} from '../../contracts/environment';
 import { bestEffort } from '../../log';
 import { firstLine } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';

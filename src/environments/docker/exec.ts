@@ -4,9 +4,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import type Docker from 'dockerode';
 
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult, ShellStep, StreamedProcess, StreamedProcessRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type {
+  ExecRequest,
+  ExecResult,
+  ShellStep,
+  StreamedProcess,
+  StreamedProcessRequest,
+} from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';

@@ -3,9 +3,10 @@ import path from 'node:path';
 
 import type Docker from 'dockerode';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedUpload } from '../archives';
-import type { CollectBudget, FolderSelection } from '../host-files';
+import type { CollectBudget } from '../host-files';
+import type { FolderSelection } from '../../contracts/environment';
 import { extractArchive } from '../host-files';
 import { daemonMessage, statusCode } from '../image-builder/engine';
 

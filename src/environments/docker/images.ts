@@ -5,8 +5,15 @@
 import { createHash } from 'node:crypto';
 
 import { hasDockerfileIn } from '../dockerfile';
-import type { InstallSnapshots } from '../environment';
-import { LABEL_AGENT, LABEL_JOB, LABEL_PART_OF, LABEL_SNAPSHOT_OF, TaskEnvironmentError } from '../environment';
+import type { InstallSnapshots } from '../../contracts/environment';
+import {
+  LABEL_AGENT,
+  LABEL_ENV_KEY,
+  LABEL_JOB,
+  LABEL_PART_OF,
+  LABEL_SNAPSHOT_OF,
+  TaskEnvironmentError,
+} from '../../contracts/environment';
 import type { BuildParts } from '../image-builder/builder';
 import { imageLabelsOf, imageTag, stepSignal } from '../image-builder/builder';
 import type { DockerEngine } from '../image-builder/engine';
@@ -45,6 +52,7 @@ export function composeParts(engine: DockerEngine): BuildParts {
           return labels !== undefined && (!request.force || labels[LABEL_JOB] === request.jobName);
         },
       });
+      await refuseForeignSidecarTags(engine, request.envKey, mainTag);
     } catch (err) {
       request.signal?.throwIfAborted();
       if (timeout.aborted) {
@@ -53,6 +61,27 @@ export function composeParts(engine: DockerEngine): BuildParts {
       throw err;
     }
   };
+}
+
+/**
+ * After a sidecar build: every tag on an image built as part of this environment is one Rollout chose. The compose
+ * policy already refuses `build.tags`; this catches any other way a build could re-tag an image of this host (another
+ * job's environment, a base image), removes the foreign tag and fails the build.
+ */
+export async function refuseForeignSidecarTags(engine: DockerEngine, envKey: string, mainTag: string): Promise<void> {
+  // Both labels are set by the build's own --label (over any LABEL of a Dockerfile): another environment's image cannot
+  // claim to be part of this one and so lose its tags here.
+  const label = [`${LABEL_PART_OF}=${envKey}`, `${LABEL_ENV_KEY}=${envKey}`];
+  const images = await engine.docker.listImages({ filters: { label } });
+  const foreign = images
+    .flatMap((image) => image.RepoTags ?? [])
+    .filter((tag) => tag !== '<none>:<none>' && !tag.startsWith(`${mainTag}-svc-`));
+  if (!foreign.length) return;
+  for (const tag of foreign) await engine.docker.getImage(tag).remove({ noprune: true });
+  throw new TaskEnvironmentError(
+    'EnvironmentBuildError',
+    `a sidecar build tagged ${foreign.join(', ')}, which Rollout did not choose (removed: it would replace an image on this host)`
+  );
 }
 
 /** Install snapshots as images committed from a trial's container, per base image id and install key. */

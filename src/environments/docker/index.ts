@@ -5,8 +5,8 @@
  */
 import type Docker from 'dockerode';
 
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -21,8 +21,9 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import type { CollectBudget, FolderSelection } from '../host-files';
+} from '../../contracts/environment';
+import type { CollectBudget } from '../host-files';
+import type { FolderSelection } from '../../contracts/environment';
 import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../image-builder/engine';
 import { KILL_ALL } from '../trial-container';

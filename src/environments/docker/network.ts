@@ -1,8 +1,8 @@
 /** A trial container's network: cut off or connected per phase, and where it reaches this host. */
 import type Docker from 'dockerode';
 
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 
 /** On a trial's container: the networks it is on when it may reach the network (see setNetwork). */
 export const LABEL_PUBLIC_NETWORKS = 'rollout.public-networks';

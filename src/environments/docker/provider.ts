@@ -4,9 +4,9 @@ import path from 'node:path';
 import { z } from 'zod';
 
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
-import type * as DockerModule from './index';
-import type { Problem } from '../../errors';
+import type { EnvironmentProvider } from '../../contracts/provider';
+import type * as DockerModule from './';
+import type { Problem } from '../../contracts/errors';
 import { composeFileProblems, taskComposeFile } from './compose';
 
 /** At most this many `docker compose config` at once while a dataset's tasks are checked (all at once otherwise). */
@@ -48,7 +48,7 @@ export const dockerProvider: EnvironmentProvider = {
   ],
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use
-    const { DockerEnvironment } = require('./index') as typeof DockerModule;
+    const { DockerEnvironment } = require('./') as typeof DockerModule;
     return new DockerEnvironment(owner);
   },
 };

@@ -11,7 +11,7 @@ import { PassThrough } from 'node:stream';
 
 import type Docker from 'dockerode';
 
-import type { ExecResult, ShellStep } from '../environment';
+import type { ExecResult, ShellStep } from '../../contracts/environment';
 
 /** Reads marker, byte limit and command, each NUL-terminated (a command holds no NUL), and runs one step. */
 const LOOP = [

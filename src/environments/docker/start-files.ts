@@ -9,10 +9,10 @@ import path from 'node:path';
 
 import { shellQuote } from '../../shell';
 import { hostCacheDir } from '../../host-cache';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedFiles } from '../archives';
-import type { StartFile } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { StartFile } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import type { DockerEngine } from '../image-builder/engine';
 import { startScript } from '../kit/prepare';
 import type { DockerExec } from './exec';

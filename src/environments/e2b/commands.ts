@@ -1,6 +1,6 @@
 /** Commands in an E2B sandbox through envd: execs with streamed output, the kill of all, and streamed processes. */
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { E2B_KILL_ALL } from './kill-all';
 import type { CommandHandle, Sandbox } from './sdk';

@@ -1,5 +1,5 @@
 /** E2B's credentials: the worker's E2B_API_KEY, read by the SDK itself (as are E2B_DOMAIN and E2B_API_URL). */
-import { ProviderConfigError } from '../provider';
+import { ProviderConfigError } from '../../contracts/provider';
 
 export const API_KEY_VARIABLE = 'E2B_API_KEY';
 

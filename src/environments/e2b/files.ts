@@ -5,7 +5,7 @@
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type { StagedCarrier } from '../kit/tar-transfer';
 import { StagedTransfer } from '../kit/tar-transfer';
 import type { SandboxCommands } from './commands';

@@ -5,8 +5,8 @@
  * credentials, so handles (the sandbox id) are not bound to a host; each carries its deployment, job and trial in
  * its metadata, where removeTrial and the janitor find it.
  */
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -21,8 +21,8 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../../contracts/environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';

@@ -3,9 +3,9 @@
  * loads with the environment on first use.
  */
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
+import type { EnvironmentProvider } from '../../contracts/provider';
 import { checkCredentials } from './credentials';
-import type * as E2BModule from './index';
+import type * as E2BModule from './';
 import { E2BSettingsSchema } from './settings';
 
 export const e2bProvider: EnvironmentProvider = {
@@ -31,7 +31,7 @@ export const e2bProvider: EnvironmentProvider = {
   check: () => checkCredentials(),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { E2BEnvironment } = require('./index') as typeof E2BModule;
+    const { E2BEnvironment } = require('./') as typeof E2BModule;
     return new E2BEnvironment(owner);
   },
 };

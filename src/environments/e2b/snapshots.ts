@@ -4,8 +4,8 @@
  * later trials of the same template and agent start from it with the agent installed. Snapshots go with their base
  * template (releaseTemplate).
  */
-import type { EnvironmentHandle } from '../../trial/types';
-import type { InstallSnapshots } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { InstallSnapshots } from '../../contracts/environment';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
 import { sdk } from './sdk';

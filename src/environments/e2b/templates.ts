@@ -7,8 +7,8 @@
  */
 import path from 'node:path';
 
-import type { BuildRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { BuildRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { quotaMaxWaitMs } from '../cloud/quota';
 import { e2bQuotaMessage, withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';

@@ -7,7 +7,7 @@
  * - Memory in steps of 256 MB (shared) or 1024 MB (performance) (flyctl's guest flags, `memoryIncrement`).
  */
 import { smallestGuest } from '../cloud/guest-size';
-import type { GuestSize, GuestSizeRefusal } from '../provider';
+import type { GuestSize, GuestSizeRefusal } from '../../contracts/provider';
 
 const RULES = {
   shared: {

@@ -4,7 +4,7 @@
  * docker_image as is), labelled with Rollout's metadata, and destroyed by Fly itself once its keep-alive ends: the
  * trial's whole budget, so a machine whose worker died cannot run for long. Any worker with the token reaches it.
  */
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { fittedGuest, wantedGuest } from '../cloud/guest-size';
 import type {
@@ -18,8 +18,8 @@ import type {
   ProviderSettings,
   StartRequest,
   StartResult,
-} from '../environment';
-import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import { ImageBuilder } from '../image-builder/builder';
@@ -95,17 +95,20 @@ export class FlyEnvironment implements Environment {
     // Rate limits and passing capacity replies are waited on in every call (FlyApi).
     const machine = await api.createMachine(app, { ...(settings.region ? { region: settings.region } : {}), config });
     const id = `${app}/${machine.id}`;
+    const deadline = Date.now() + (request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS);
     try {
-      await this.waitStarted(app, machine.id, request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS, request.signal);
+      await this.waitStarted(app, machine.id, deadline - Date.now(), request.signal);
       const workdir = request.workdir ?? (await this.imageWorkdir({ id, workdir: '/' }));
       const handle = { id, workdir };
       await prepareStart(handle, request, {
         where: 'the machine',
         extractAtRoot: (at, archive) => this.execs.extractAtRoot(at, archive),
-        // Started detached and polled (MachineExec.exec): a setup may take longer than one request may.
+        // Started detached and polled (MachineExec.exec): a setup may take longer than one request may (60 s), and
+        // is bounded by what is left of the start's limit.
         runAsRoot: async (at, command) => {
-          const { exitCode, stderr } = await this.execs.exec(at, { command, cwd: '/', signal: request.signal });
-          return { exitCode, output: stderr };
+          const timeoutMs = Math.max(1000, deadline - Date.now());
+          const made = await this.execs.exec(at, { command, cwd: '/', timeoutMs, signal: request.signal });
+          return { exitCode: made.exitCode, output: made.timedOut ? `timed out after ${timeoutMs} ms` : made.stderr };
         },
       });
       return { handle, unenforced: ['storage', 'pids'], ...(warning ? { warnings: [warning] } : {}) };

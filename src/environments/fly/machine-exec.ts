@@ -13,9 +13,9 @@ import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
@@ -74,9 +74,13 @@ export class MachineExec {
     request.signal?.throwIfAborted();
     const signal = request.signal;
     const dir = `${EXEC_DIR}/${randomBytes(8).toString('hex')}`;
-    // The job's script removes its own file first (the shell reads on from the open file): the environment's values
-    // it carries stay on no disk while the command runs.
-    const job = `rm -f ${dir}/job\n${commandLine('/bin/sh', request, handle.workdir).map(shellQuote).join(' ')}\n`;
+    // The job's script (a root-only file) removes itself first (the shell reads on from the open file): the
+    // environment's values it carries, as a here-document the command reads from its stdin (see commandLine), stay
+    // on no disk and in no argv while the command runs.
+    const { argv, stdin } = commandLine('/bin/sh', request, handle.workdir);
+    const end = `ROLLOUT_HERE_DOCUMENT_${randomBytes(12).toString('hex')}`;
+    const hereDocument = stdin !== undefined ? ` <<'${end}'\n${stdin}${end}` : '';
+    const job = `rm -f ${dir}/job\n${argv.map(shellQuote).join(' ')}${hereDocument}\n`;
     await this.run(handle, startDetached(dir), { stdin: job, signal });
     const deadline = Date.now() + (request.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_SEC * 1000);
     for (;;) {
@@ -248,7 +252,7 @@ export class MachineExec {
 function startDetached(dir: string): string {
   const wrapper = `/bin/sh ${dir}/job >${dir}/out 2>${dir}/err; echo $? >${dir}/rc.part; mv ${dir}/rc.part ${dir}/rc`;
   return [
-    `mkdir -p ${dir} && cat >${dir}/job && printf '%s\\n' ${shellQuote(wrapper)} >${dir}/run || exit 1`,
+    `(umask 077 && mkdir -p ${dir} && cat >${dir}/job) && printf '%s\\n' ${shellQuote(wrapper)} >${dir}/run || exit 1`,
     `if command -v setsid >/dev/null 2>&1; then cd / && setsid /bin/sh ${dir}/run </dev/null >/dev/null 2>&1 &`,
     `else cd / && /bin/sh ${dir}/run </dev/null >/dev/null 2>&1 & fi`,
   ].join('\n');

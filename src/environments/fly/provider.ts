@@ -4,11 +4,11 @@
  * gateway reach it at ROLLOUT_GATEWAY_PUBLIC_URL (see docs/environments.md).
  */
 import { dockerfileRequirement } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
-import { ProviderConfigError } from '../provider';
+import type { EnvironmentProvider } from '../../contracts/provider';
+import { ProviderConfigError } from '../../contracts/provider';
 import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
 import { flyGuestSize } from './guest';
-import type * as FlyModule from './index';
+import type * as FlyModule from './';
 import { FlySettingsSchema, flyApp } from './settings';
 
 export const flyProvider: EnvironmentProvider = {
@@ -50,7 +50,7 @@ export const flyProvider: EnvironmentProvider = {
   },
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { FlyEnvironment } = require('./index') as typeof FlyModule;
+    const { FlyEnvironment } = require('./') as typeof FlyModule;
     return new FlyEnvironment(owner);
   },
 };

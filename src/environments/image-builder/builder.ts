@@ -12,7 +12,7 @@ import { StringDecoder } from 'node:string_decoder';
 
 import { LineTail, runCommand } from '../cli-command';
 import { hasDockerfileIn } from '../dockerfile';
-import type { BuildRequest, BuildResult, EnvironmentOwner } from '../environment';
+import type { BuildRequest, BuildResult, EnvironmentOwner } from '../../contracts/environment';
 import {
   LABEL_DEPLOYMENT,
   LABEL_ENV_KEY,
@@ -21,7 +21,7 @@ import {
   LABEL_PART_OF,
   LABEL_SNAPSHOT_OF,
   TaskEnvironmentError,
-} from '../environment';
+} from '../../contracts/environment';
 import { firstLine } from '../exec-output';
 import { log } from '../../log';
 import { dockerfileFrontendImage, ensureDockerfileFrontend, frontendNeed } from './dockerfile-frontend';

@@ -4,8 +4,8 @@
  */
 import Docker from 'dockerode';
 
-import type { EnvironmentOwner } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_HOST } from '../environment';
+import type { EnvironmentOwner } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_HOST } from '../../contracts/environment';
 import { firstLine } from '../exec-output';
 
 const PING_TIMEOUT_MS = 10_000;

@@ -5,7 +5,7 @@
  */
 import { runCommand } from '../cli-command';
 import { hasDockerfileIn } from '../dockerfile';
-import type { BuildRequest, BuildResult, ProviderSettings } from '../environment';
+import type { BuildRequest, BuildResult, ProviderSettings } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import type { ImageBuilder } from './builder';
 

@@ -5,10 +5,10 @@
  */
 import type { Readable } from 'node:stream';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedFiles } from '../archives';
-import type { StartRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { StartRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 
 /** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
 export const LOGS_FOLDERS = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';

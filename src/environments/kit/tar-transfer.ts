@@ -11,7 +11,7 @@ import type { Readable } from 'node:stream';
 import { PassThrough, Writable } from 'node:stream';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';

@@ -2,13 +2,13 @@
  * Commands in a trial's pod through the API's websocket exec, Rollout's own scripts fed and read as streams (the
  * carrier of ./files.ts). Kubernetes exec has no user, working directory or environment of its own: see exec.
  */
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
 import type { Exec, V1Status } from '@kubernetes/client-node';
 
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
@@ -30,17 +30,19 @@ export class PodExec {
   /**
    * Runs the command through the API's websocket exec; its exit code comes from the status channel. Kubernetes exec
    * has no user, working directory or environment of its own: the command runs as the container's user, in `cwd`
-   * (else the handle's), with `env` set by `env`.
+   * (else the handle's), with `env` read from its stdin (see commandLine).
    */
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
     request.signal?.throwIfAborted();
     const shell = await this.shellOf(handle);
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const asUser = commandLine(shell, request, handle.workdir);
-    const run = await this.run(handle, asUser, {
+    // The env goes over the exec's stdin: the command is part of the request's URL (and the API server's audit log).
+    const { argv, stdin } = commandLine(shell, request, handle.workdir);
+    const run = await this.run(handle, argv, {
       stdout,
       stderr,
+      ...(stdin !== undefined ? { stdin: Readable.from([stdin]) } : {}),
       timeoutMs: request.timeoutMs,
       signal: request.signal,
     });

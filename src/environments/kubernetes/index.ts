@@ -7,7 +7,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 
 import type { KubernetesSettings } from './settings';
 import { KubernetesSettingsSchema } from './settings';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -19,8 +19,8 @@ import type {
   ProviderSettings,
   StartRequest,
   StartResult,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import type { StreamedTransfer } from '../kit/tar-transfer';

@@ -8,7 +8,7 @@ import { homedir } from 'node:os';
 import path from 'node:path';
 
 import { isAbsent } from '../../files/absent';
-import { ProviderConfigError } from '../provider';
+import { ProviderConfigError } from '../../contracts/provider';
 import { client } from './cluster';
 import type { KubernetesSettings } from './settings';
 

@@ -3,8 +3,8 @@ import { createHash } from 'node:crypto';
 
 import type { V1Pod } from '@kubernetes/client-node';
 
-import type { StartRequest } from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL } from '../environment';
+import type { StartRequest } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import { KEEP_ALIVE } from '../trial-container';
 import type { PodRef } from './cluster';
 import type { KubernetesSettings } from './settings';

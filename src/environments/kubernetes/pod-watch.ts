@@ -1,9 +1,9 @@
 /** Watching a trial's pod come up, and saying why one never will (an image, a request too big, the cluster). */
 import type { V1Pod } from '@kubernetes/client-node';
 
-import type { StartRequest } from '../environment';
-import { TaskEnvironmentError } from '../environment';
-import { apiQuantity } from '../../quantity';
+import type { StartRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
+import { apiQuantity } from '../../contracts/quantity';
 import type { Cluster, PodRef } from './cluster';
 import { PodLostError, client, isNotFound, toError } from './cluster';
 import { CONTAINER } from './pod-spec';

@@ -5,9 +5,9 @@
 import path from 'node:path';
 
 import { dockerfileRequirement, hasDockerfileIn } from '../dockerfile';
-import type { EnvironmentProvider } from '../provider';
+import type { EnvironmentProvider } from '../../contracts/provider';
 import { checkKubeconfig } from './kubeconfig-check';
-import type * as KubernetesModule from './index';
+import type * as KubernetesModule from './';
 import { KubernetesSettingsSchema } from './settings';
 
 export const kubernetesProvider: EnvironmentProvider = {
@@ -51,7 +51,7 @@ export const kubernetesProvider: EnvironmentProvider = {
   check: (settings) => checkKubeconfig(KubernetesSettingsSchema.parse(settings)),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use (see above)
-    const { KubernetesEnvironment } = require('./index') as typeof KubernetesModule;
+    const { KubernetesEnvironment } = require('./') as typeof KubernetesModule;
     return new KubernetesEnvironment(owner);
   },
 };

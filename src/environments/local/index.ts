@@ -3,7 +3,7 @@ import { copyFile, lstat, mkdir, mkdtemp, readFile, readdir, realpath, rm, write
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
-import type { EnvironmentHandle } from '../../trial/types';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildResult,
   Environment,
@@ -12,8 +12,8 @@ import type {
   ExecResult,
   StartRequest,
   StartResult,
-} from '../environment';
-import { INSTRUCTION_FILE } from '../environment';
+} from '../../contracts/environment';
+import { INSTRUCTION_FILE } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { makeRealDirectory } from '../host-files';
 import { killProcess, runCommand } from './exec';

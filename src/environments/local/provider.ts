@@ -1,8 +1,8 @@
 /** The local provider's record (see ../provider.ts): host processes in a temporary folder, for smoke tests. */
 import { z } from 'zod';
 
-import type { EnvironmentProvider } from '../provider';
-import type * as LocalModule from './index';
+import type { EnvironmentProvider } from '../../contracts/provider';
+import type * as LocalModule from './';
 
 export const localProvider: EnvironmentProvider = {
   type: 'local',
@@ -23,7 +23,7 @@ export const localProvider: EnvironmentProvider = {
   requirement: () => Promise.resolve([]),
   create(owner) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a synchronous load on first use
-    const { LocalEnvironment } = require('./index') as typeof LocalModule;
+    const { LocalEnvironment } = require('./') as typeof LocalModule;
     return new LocalEnvironment(owner);
   },
 };

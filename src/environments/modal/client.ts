@@ -73,6 +73,15 @@ export class ModalConnection {
     return app;
   }
 
+  /** The names of the workspace's Modal Environments (where the janitor looks). */
+  environmentNames(): Promise<string[]> {
+    return this.withQuotaBackoff('listing environments', async () => {
+      const names: string[] = [];
+      for await (const environment of this.client.environments.objects.list()) names.push(environment.name);
+      return names;
+    });
+  }
+
   /** Runs an image build; `built`: Modal's builder ran for it (it was not built already). */
   async observeBuild<T>(build: () => Promise<T>): Promise<{ result: T; built: boolean }> {
     const observed = { joined: false };

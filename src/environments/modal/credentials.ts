@@ -10,7 +10,7 @@ import path from 'node:path';
 import { parse } from 'smol-toml';
 
 import { isAbsent } from '../../files/absent';
-import { ProviderConfigError } from '../provider';
+import { ProviderConfigError } from '../../contracts/provider';
 
 const MISSING =
   'no credentials: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the worker environment (or run `modal token new` ' +

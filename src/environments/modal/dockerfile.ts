@@ -13,7 +13,7 @@ import { minimatch } from 'minimatch';
 import tarStream from 'tar-stream';
 
 import { shellQuote } from '../../shell';
-import { TaskEnvironmentError } from '../environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import { ifPresent } from '../../files/absent';
 
 /**

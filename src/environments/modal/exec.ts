@@ -4,14 +4,15 @@
  * as streams (the carrier of ./files.ts), and processes kept open both ways for the gateway relay. Modal's exec has no user of its
  * own: another user's command goes through su (the sandbox runs as root; see commandLine).
  */
-import type { Readable, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { ContainerProcess, Sandbox } from 'modal';
 
 import { shellQuote } from '../../shell';
-import type { EnvironmentHandle } from '../../trial/types';
-import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
@@ -38,7 +39,9 @@ export class SandboxExec {
     request.signal?.throwIfAborted();
     const stdout = new OutputTail();
     const stderr = new OutputTail();
-    const process = await this.start(handle, commandLine(await this.shellOf(handle), request, handle.workdir));
+    const { argv, stdin } = commandLine(await this.shellOf(handle), request, handle.workdir);
+    const process = await this.start(handle, argv);
+    if (stdin !== undefined) await writeAll(process, Readable.from([Buffer.from(stdin)]));
     const outcome = await this.outcome(handle, process, { stdout, stderr }, request);
     if (outcome.kind === 'ended') {
       return { exitCode: outcome.exitCode, stdout: stdout.text(), stderr: stderr.text(), timedOut: false };

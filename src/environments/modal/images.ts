@@ -9,8 +9,8 @@ import path from 'node:path';
 import type { Image } from 'modal';
 
 import { hasDockerfileIn } from '../dockerfile';
-import type { BuildRequest, BuildResult } from '../environment';
-import { TaskEnvironmentError } from '../environment';
+import type { BuildRequest, BuildResult } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
 import type { ModalConnection } from './client';
 import { isGone } from './client';
 import { modalImageRecipe } from './dockerfile';

@@ -9,8 +9,8 @@ import type { Readable } from 'node:stream';
 import type { Sandbox, SandboxCreateParams } from 'modal';
 
 import { shellQuote } from '../../shell';
-import type { PhaseNetwork } from '../../task/policy';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { PhaseNetwork } from '../../contracts/task-config';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type {
   BuildRequest,
   BuildResult,
@@ -25,8 +25,8 @@ import type {
   StartResult,
   StreamedProcess,
   StreamedProcessRequest,
-} from '../environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL } from '../environment';
+} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
@@ -39,6 +39,7 @@ import { ModalImages } from './images';
 import { modalInstallSnapshots } from './snapshots';
 import type { ModalSettings } from './settings';
 import { ModalSettingsSchema } from './settings';
+import { labelsOfModalTags, modalTags } from './tags';
 
 /** The tag naming the image a sandbox runs (its job's reference: see removeImage). */
 const TAG_IMAGE = 'rollout.image';
@@ -192,12 +193,19 @@ export class ModalEnvironment implements Environment {
     return ids.length;
   }
 
-  /** Every running sandbox of this deployment, in every App of the workspace's environment. */
+  /**
+   * Every running sandbox of this deployment, in every App of every Modal Environment of the workspace (a listing
+   * without an App is scoped to one Environment: the SDK sends the profile's unless told another).
+   */
   async heldEnvironments(): Promise<HeldEnvironment[]> {
+    const tags = modalTags({ [LABEL_DEPLOYMENT]: this.owner.deployment });
+    const environments = await this.connection.environmentNames();
     const listed = await this.connection.withQuotaBackoff('listing sandboxes', async () => {
       const sandboxes: Sandbox[] = [];
-      const tags = { [LABEL_DEPLOYMENT]: this.owner.deployment };
-      for await (const sandbox of this.connection.client.sandboxes.list({ tags })) sandboxes.push(sandbox);
+      for (const environment of environments) {
+        for await (const sandbox of this.connection.client.sandboxes.list({ environment, tags }))
+          sandboxes.push(sandbox);
+      }
       return sandboxes;
     });
     const held: HeldEnvironment[] = [];
@@ -208,7 +216,7 @@ export class ModalEnvironment implements Environment {
           if (isGone(err)) return null; // ended since the listing
           throw err;
         });
-      const own = heldSandbox(this.owner, sandbox.sandboxId, tags);
+      const own = heldSandbox(this.owner, sandbox.sandboxId, tags && labelsOfModalTags(tags));
       if (own) held.push(own);
     }
     return held;
@@ -228,7 +236,8 @@ export class ModalEnvironment implements Environment {
     const appId = settings ? (await this.connection.app(settings)).appId : undefined;
     return this.connection.withQuotaBackoff('listing sandboxes', async () => {
       const ids: string[] = [];
-      for await (const sandbox of this.connection.client.sandboxes.list({ appId, tags })) ids.push(sandbox.sandboxId);
+      const filter = { appId, tags: modalTags(tags) };
+      for await (const sandbox of this.connection.client.sandboxes.list(filter)) ids.push(sandbox.sandboxId);
       return ids;
     });
   }
@@ -246,14 +255,15 @@ function sandboxParams(request: StartRequest, settings: ModalSettings, owner: En
     cpuLimit: request.resources.cpus,
     memoryMiB,
     memoryLimitMiB: memoryMiB,
-    ...(request.gpus ? { gpu: `${settings.gpu ?? 'any'}:${request.gpus}` } : {}),
+    // A GPU type is there whenever the task asks for GPUs: the provider's requirement refuses the job before it starts.
+    ...(request.gpus ? { gpu: `${settings.gpu!}:${request.gpus}` } : {}),
     ...(settings.region ? { regions: typeof settings.region === 'string' ? [settings.region] : settings.region } : {}),
     timeoutMs: Math.min(MAX_TIMEOUT_SEC, sandboxLifetimeSec(request.budgetSec)) * 1000,
     env: request.env,
     ...(request.workdir ? { workdir: request.workdir } : {}),
     // no-network: an empty outbound allowlist, which setNetwork can open again (blockNetwork could not be).
     ...(request.network === 'none' ? { outboundCidrAllowlist: [] } : {}),
-    tags: { ...sandboxLabels(owner, request), [TAG_IMAGE]: request.image },
+    tags: modalTags({ ...sandboxLabels(owner, request), [TAG_IMAGE]: request.image }),
   };
 }
 

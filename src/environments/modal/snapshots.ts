@@ -6,9 +6,10 @@
  */
 import { createHash } from 'node:crypto';
 
-import type { InstallSnapshots } from '../environment';
+import type { InstallSnapshots } from '../../contracts/environment';
 import type { ModalConnection } from './client';
 import { isGone } from './client';
+import { labelsOfModalTags } from './tags';
 
 /** How long Modal keeps an install snapshot: a week of runs reuse it, and an abandoned one costs little for long. */
 export const SNAPSHOT_TTL_MS = 7 * 24 * 3600 * 1000;
@@ -31,7 +32,7 @@ export function modalInstallSnapshots(connection: ModalConnection, imageTag: str
     },
     async take(handle, key) {
       const sandbox = await connection.sandbox(handle.id);
-      const base = (await sandbox.getTags())[imageTag];
+      const base = labelsOfModalTags(await sandbox.getTags())[imageTag];
       if (!base) throw new Error(`modal sandbox ${handle.id} has no ${imageTag} tag: not started by Rollout`);
       const image = await sandbox.snapshotFilesystem({ ttlMs: SNAPSHOT_TTL_MS, timeoutMs: 10 * 60_000 });
       await image.publish(snapshotName(base, key));

@@ -9,11 +9,11 @@
  * ROLLOUT_GATEWAY_RELAY=1 makes the relay win over the direct way (a pod that cannot reach the worker).
  * The real key stays on the worker in every case.
  */
-import type { Environment } from '../../environments/environment';
-import { TaskEnvironmentError } from '../../environments/environment';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { Environment } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import type { ModelGateway, TrialSession } from '../gateway';
-import type { GatewayAccess } from '../upstreams';
+import type { GatewayAccess } from '../../contracts/agent';
 import { openGatewayRelay } from './host';
 
 export interface GatewayChannel {

@@ -11,9 +11,9 @@ import http from 'node:http';
 
 import { z } from 'zod';
 
-import type { Environment, StreamedProcess } from '../../environments/environment';
-import { TaskEnvironmentError } from '../../environments/environment';
-import type { EnvironmentHandle } from '../../trial/types';
+import type { Environment, StreamedProcess } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
+import type { EnvironmentHandle } from '../../contracts/trial';
 import { HOP_BY_HOP } from '../wire';
 import { RELAY_NO_RUNTIME, relayCommand } from './programs';
 

@@ -1,6 +1,6 @@
 /** A trial's page: facts, rewards and error, the lifecycle timeline, instruction, trajectory, logs and files. */
-import { STEPS } from '../../trial/types';
-import type { StepTiming, TaskStepResult } from '../../trial/types';
+import { STEPS } from '../../contracts/trial';
+import type { StepTiming, TaskStepResult } from '../../contracts/trial';
 import type { StepSpan } from '../charts/trial';
 import { trialCharts } from '../charts/trial';
 import type { TrialRow } from '../data';

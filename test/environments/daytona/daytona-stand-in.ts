@@ -1,0 +1,106 @@
+/**
+ * A stand-in of Daytona's API, for tests and `npm run stand-in -- daytona`: not Daytona, but the wire protocol the
+ * unmodified @daytonaio/sdk speaks, at an address its own configuration points at (DAYTONA_API_URL), its sandboxes
+ * containers of the local Docker engine (test/environments/daytona/daytona-stand-in/). One HTTP server serves
+ * - `/api/...`: the REST API (sandboxes, snapshots, object storage push access), bearer-authenticated;
+ * - `/toolbox/<sandbox id>/...`: the sandbox daemon's toolbox API, as the toolbox proxy URL the API names;
+ * - `/s3/...`: the S3-compatible object storage that build contexts are pushed to.
+ *
+ * Fidelity gaps: no notification gateway (Socket.IO): the SDK is told to poll instead
+ * (DAYTONA_USE_DEPRECATED_POLLING, its own switch); sandboxes start at once (no `starting` state, no runner
+ * scheduling); auto-stop, auto-delete and TTL intervals are recorded, not enforced; no regions, quotas but the one
+ * failNextCreates answers with, or PTYs.
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import type { CloudStandIn } from '../../support/cloud-stand-in';
+import { DEFAULT_LIMITS, DaytonaApi } from './daytona-stand-in/api';
+import { ObjectStorage } from './daytona-stand-in/object-storage';
+import { Runner } from './daytona-stand-in/runner';
+import { Toolbox, json } from './daytona-stand-in/toolbox';
+import { StandInFaults } from '../../support/stand-in-faults';
+
+export interface DaytonaStandIn extends CloudStandIn {
+  readonly vendor: 'daytona';
+  /** The create requests' and sandboxes' records as the API holds them (labels, resources, intervals). */
+  sandboxRecords(): Record<string, unknown>[];
+}
+
+export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
+  const instance = randomBytes(4).toString('hex');
+  const apiKey = `stand-in-${randomBytes(12).toString('hex')}`;
+  const runner = new Runner(instance);
+  const storage = new ObjectStorage();
+  let baseUrl = '';
+  const api = new DaytonaApi(runner, storage, () => baseUrl);
+  const toolbox = new Toolbox(runner, (id) => {
+    const record = api.sandboxes.get(id);
+    return record?.dto.state === 'started' ? (record.containerId ?? undefined) : undefined;
+  });
+  const faults = new StandInFaults();
+  const authorized = (header: string | undefined) => header === `Bearer ${apiKey}`;
+  const server = createServer((request, response) => {
+    const url = new URL(request.url ?? '/', 'http://stand-in');
+    const serve = async () => {
+      if (url.pathname.startsWith('/s3/'))
+        return storage.handle(request, response, url.pathname.slice(3), url.searchParams);
+      if (!authorized(request.headers.authorization)) {
+        return json(response, 401, { statusCode: 401, error: 'Unauthorized', message: 'Invalid credentials' });
+      }
+      // The API's throttlers (apps/api/src/config/configuration.ts:246-283) answer as @nestjs/throttler does.
+      if (faults.hit()) {
+        return json(response, 429, { statusCode: 429, message: 'ThrottlerException: Too Many Requests' });
+      }
+      if (url.pathname.startsWith('/api/'))
+        return api.handle(request, response, url.pathname.slice(4), url.searchParams);
+      if (url.pathname.startsWith('/toolbox/')) return toolbox.handle(request, response, url.pathname.slice(8));
+      return json(response, 404, { statusCode: 404, message: `no route ${url.pathname}` });
+    };
+    serve().catch((err: Error) => {
+      if (!response.headersSent) json(response, 500, { statusCode: 500, message: err.message });
+      else response.destroy(err);
+    });
+  });
+  server.on('upgrade', (request, socket, head) => {
+    const url = new URL(request.url ?? '/', 'http://stand-in');
+    if (!authorized(request.headers.authorization) || !url.pathname.startsWith('/toolbox/')) {
+      socket.end('HTTP/1.1 404 Not Found\r\n\r\n');
+      return;
+    }
+    toolbox.upgrade(request, socket, head, url.pathname.slice(8));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+
+  return {
+    vendor: 'daytona',
+    env: {
+      DAYTONA_API_KEY: apiKey,
+      DAYTONA_API_URL: `${baseUrl}/api`,
+      DAYTONA_TARGET: 'us',
+      DAYTONA_USE_DEPRECATED_POLLING: 'true',
+    },
+    failNextCreates(count) {
+      api.failCreates = count;
+    },
+    setFaults(given) {
+      faults.set(given);
+    },
+    async retireImages(how) {
+      if (how === 'inactive') api.deactivateSnapshots();
+      else await api.deleteSnapshots();
+    },
+    lastingQuota(on) {
+      api.limits.snapshotQuota = on ? 0 : DEFAULT_LIMITS.snapshotQuota;
+    },
+    sandboxes: () => Promise.resolve([...api.sandboxes.keys()]),
+    sandboxRecords: () => [...api.sandboxes.values()].map(({ dto }) => ({ ...dto })),
+    async stop() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await runner.removeAll();
+    },
+  };
+}

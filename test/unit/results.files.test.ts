@@ -1,0 +1,82 @@
+/**
+ * Results on disk are never lost: a read error is not a missing result, a stale job-result write never replaces a
+ * newer one, and two trials never share a folder. Real files.
+ */
+import assert from 'node:assert/strict';
+import { cp, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+
+import { readPlanPage } from '../../activities/plan';
+import { writeJobResult } from '../../activities/results';
+import { loadJobFile } from '../../src/job/load';
+import { planJob } from '../../src/job/plan';
+import { saveJobFolder } from '../../src/api/submit';
+import { jobFiles, readJson } from '../../src/results/files';
+import type { JobResult } from '../../src/results/job-result';
+import { buildJobResult } from '../../src/results/job-result';
+import { emptyStats } from '../../src/results/job-stats';
+import { writeLocalJob } from '../support/local-job';
+
+function jobResult(updatedAt: string, finished: number): JobResult {
+  const stats = { ...emptyStats(10), n_completed: finished };
+  const result = buildJobResult({
+    jobName: 'j',
+    workflowId: 'w',
+    status: 'running',
+    startedAt: '2026-01-01T00:00:00.000Z',
+    now: updatedAt,
+    running: 0,
+    stats,
+    metrics: ['mean'],
+  });
+  return result;
+}
+
+describe('results on disk', () => {
+  it('reads a missing file as undefined, and fails naming the file on any other error', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'rollout-read-'));
+    assert.equal(await readJson(path.join(dir, 'missing.json')), undefined);
+    await mkdir(path.join(dir, 'unreadable.json'));
+    await assert.rejects(readJson(path.join(dir, 'unreadable.json')), /unreadable\.json: cannot be read: EISDIR/);
+  });
+
+  it('stops, instead of re-running it, when a finished trial cannot be read', async () => {
+    const jobFile = await writeLocalJob({ name: 'unreadable', attempts: 1, concurrency: 1 });
+    const job = await loadJobFile(jobFile);
+    const plan = await planJob(job);
+    await saveJobFolder(plan);
+    const trialName = plan.trials[0]!.spec.trialName;
+    // A read error that is not "missing" (NFS, permissions): here, a folder where the file should be.
+    await mkdir(jobFiles.trialResult(plan.jobDir, trialName), { recursive: true });
+    await assert.rejects(
+      readPlanPage({ jobDir: plan.jobDir, offset: 0, limit: 10, rerunErrorTypes: [] }),
+      new RegExp(`${trialName}/result\\.json: cannot be read`)
+    );
+  });
+
+  it('keeps the newer job result when an older write arrives late', async () => {
+    const jobDir = await mkdtemp(path.join(tmpdir(), 'rollout-job-result-'));
+    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:02.000Z', 7) });
+    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:01.000Z', 3) });
+    const kept = JSON.parse(await readFile(jobFiles.result(jobDir), 'utf8')) as JobResult;
+    assert.equal(kept.n_completed_trials, 7);
+    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:03.000Z', 9) });
+    assert.equal((JSON.parse(await readFile(jobFiles.result(jobDir), 'utf8')) as JobResult).n_completed_trials, 9);
+  });
+
+  it('gives two tasks whose names differ only in unsafe characters two trial folders', async () => {
+    const jobFile = await writeLocalJob({ name: 'names', attempts: 1, concurrency: 1 });
+    const tasks = path.join(path.dirname(jobFile), 'tasks');
+    for (const name of ['t 2', 't_2'])
+      await cp(path.join(tasks, 'trivial'), path.join(tasks, name), { recursive: true });
+    await rm(path.join(tasks, 'trivial'), { recursive: true });
+    const plan = await planJob(await loadJobFile(jobFile));
+    const names = plan.trials.map((trial) => trial.spec.trialName);
+    assert.equal(names.length, 2);
+    assert.equal(new Set(names).size, 2, names.join(', '));
+    assert.equal(new Set(plan.trials.map((trial) => trial.spec.trialId)).size, 2);
+    assert.ok(names.includes('t_2__echo__1'), names.join(', '));
+  });
+});
