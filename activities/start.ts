@@ -19,6 +19,7 @@ import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure } from './context';
+import { recordedCreation, removeRecordedSandboxes } from './sandbox-record';
 
 export interface StartInput {
   spec: TrialSpec;
@@ -61,29 +62,33 @@ export function startEnvironment(deps: ActivityDeps) {
           owner: spec.trialId,
           signal,
         };
+        // What an earlier attempt created (on any host) goes first; this one's sandbox is recorded as it is made.
+        await removeRecordedSandboxes(environment, spec, 'start');
         const result = await deps.creation.create(creation, () =>
-          environment.start({
-            image: snapshot ?? image,
-            jobName: spec.jobName,
-            trialId: spec.trialId,
-            trialName: spec.trialName,
-            workerId: deps.hostId,
-            resources: spec.resources,
-            env: containerEnv(deps, task, spec),
-            workdir: task.config.environment.workdir,
-            environmentDir: path.join(task.dir, 'environment'),
-            envKey: spec.envKey,
-            network: networks.baseline,
-            gpus: task.resources.gpus,
-            users: taskUsers(task.config),
-            // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
-            files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
-            setup: ca?.setup,
-            settings: spec.environmentSettings,
-            budgetSec: trialBudgetSec(spec),
-            timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
-            signal,
-          })
+          recordedCreation(spec, deps.hostId, () =>
+            environment.start({
+              image: snapshot ?? image,
+              jobName: spec.jobName,
+              trialId: spec.trialId,
+              trialName: spec.trialName,
+              workerId: deps.hostId,
+              resources: spec.resources,
+              env: containerEnv(deps, task, spec),
+              workdir: task.config.environment.workdir,
+              environmentDir: path.join(task.dir, 'environment'),
+              envKey: spec.envKey,
+              network: networks.baseline,
+              gpus: task.resources.gpus,
+              users: taskUsers(task.config),
+              // The instruction's text (validated UTF-8, so exactly the task's bytes) as INSTRUCTION_FILE.
+              files: [{ containerPath: INSTRUCTION_FILE, text: task.instruction }, ...(ca?.files ?? [])],
+              setup: ca?.setup,
+              settings: spec.environmentSettings,
+              budgetSec: trialBudgetSec(spec),
+              timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
+              signal,
+            })
+          )
         );
         sandboxStarted(spec.environmentType, spec.trialId);
         for (const warning of result.warnings ?? []) await log(spec, 'start', `warning: ${warning}`);
