@@ -139,8 +139,8 @@ describe(`daytona probes on ${where} (docs/daytona.md: to confirm on a real acco
       t.diagnostic(`${where}: activating an active snapshot: ${describeRefusal(again)}`);
       return;
     }
-    assert.ok(standIn?.retireImages);
-    await standIn.retireImages('inactive');
+    assert.ok(standIn);
+    await standIn.retireImages?.('inactive');
     const inactive = await refusal(() => daytona.create({ snapshot: name }, { timeout: 60 }));
     t.diagnostic(`${where}: a sandbox from an inactive snapshot: ${describeRefusal(inactive)}`);
     assert.match(String(inactive?.message), /is inactive/);
