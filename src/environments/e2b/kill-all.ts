@@ -12,8 +12,8 @@ const SETTLED_NAME = 'rollout-settled';
  * daemons that left their parent included, in rounds until a round finds nothing (a fork bomb refills the table
  * between two kills). Only shell builtins: nothing can be started while the process table is full. Run as root.
  *
- * The mark counts only as envd's own child (or a process of PPid 0: what the stand-in's `docker exec` starts), and the
- * earliest one: a process the agent names so later (its parent is not envd) cannot move the line past its daemons;
+ * The mark counts only as envd's own child, or as a child of a process of PPid 0 other than PID 1 (what the stand-in's
+ * `docker exec` starts; in a VM only PID 1 and kthreadd have PPid 0), and the earliest one: a process the agent names so later (its parent is not envd) cannot move the line past its daemons;
  * an agent that kills the mark only brings the line back to envd's start (its services die with the agent's).
  */
 export const E2B_KILL_ALL = [
@@ -34,8 +34,9 @@ export const E2B_KILL_ALL = [
   // The settled mark's start time (PPid is field 4: the 2nd after ") "), when it is envd's child.
   'm=0',
   'for d in /proc/[0-9]*; do read -r c 2>/dev/null < $d/comm || continue',
-  `  [ "$c" = ${SETTLED_NAME} ] || continue; read -r s < $d/stat; s=\${s##*) }; set -- $s`,
-  '  { [ "$2" = "$e" ] || [ "$2" = 0 ]; } && { [ "$m" -eq 0 ] || [ "${20}" -lt "$m" ]; } && m=${20}',
+  `  [ "$c" = ${SETTLED_NAME} ] || continue; read -r s < $d/stat; s=\${s##*) }; set -- $s; p=$2`,
+  '  t=${20}; g=; [ "$2" -gt 1 ] && { read -r g < /proc/$2/stat; g=${g##*) }; set -- $g; g=$2; } 2>/dev/null',
+  '  { [ "$p" = "$e" ] || [ "$p" = 0 ] || [ "$g" = 0 ]; } && { [ "$m" -eq 0 ] || [ "$t" -lt "$m" ]; } && m=$t',
   'done',
   '[ "$m" -gt "$b" ] && b=$m',
   'r=0; while [ $r -lt 50 ]; do r=$((r + 1)); n=0',
