@@ -51,7 +51,6 @@ export const E2B_KILL_ALL = [
   'done; true',
 ].join('\n');
 
-
 /**
  * What Rollout runs through envd before a trial's first command: waits for systemd's boot to end when systemd is PID 1
  * (at most 60 s), and lays out the settled mark's program (a copy of `sleep`). Then E2B_SETTLED_MARK starts it.
