@@ -38,6 +38,12 @@ export const LLM_CALLS_FILE = 'llm-calls.jsonl';
 /** Where earlier runs' call records are kept (`earlier-runs/<n>/llm-calls.jsonl`) when a trial runs again. */
 export const EARLIER_RUNS_DIR = 'earlier-runs';
 
+/**
+ * The trial's record of the sandboxes its attempts created (src/results/sandbox-record.ts): kept when a new run
+ * empties the folder, since what an earlier run left is what it is for.
+ */
+export const SANDBOX_RECORD_FILE = 'sandboxes.jsonl';
+
 /** The files of a trial folder (or of one step's folder, `steps/<name>`, which has the same log folders). */
 export function trialLayout(trialDir: string) {
   const agent = path.join(trialDir, 'agent');
@@ -51,6 +57,7 @@ export function trialLayout(trialDir: string) {
     verifier: path.join(trialDir, 'verifier'),
     artifacts: path.join(trialDir, 'artifacts'),
     earlierRuns: path.join(trialDir, EARLIER_RUNS_DIR),
+    sandboxes: path.join(trialDir, SANDBOX_RECORD_FILE),
     result: path.join(trialDir, 'result.json'),
     log: path.join(trialDir, 'trial.log'),
     step: (name: string) => path.join(trialDir, 'steps', name),

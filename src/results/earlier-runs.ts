@@ -8,9 +8,12 @@ import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 
 import { ifPresent } from '../files/absent';
-import { EARLIER_RUNS_DIR, LLM_CALLS_FILE, trialLayout } from '../contracts/paths';
+import { EARLIER_RUNS_DIR, LLM_CALLS_FILE, SANDBOX_RECORD_FILE, trialLayout } from '../contracts/paths';
 
-/** Empties the trial folder for a new run, keeping earlier runs' model-call records (the last run's moved in). */
+/**
+ * Empties the trial folder for a new run, keeping earlier runs' model-call records (the last run's moved in) and the
+ * record of the sandboxes they created (what they left is removed by the new run's start).
+ */
 export async function startTrialRun(trialDir: string): Promise<void> {
   const earlier = trialLayout(trialDir).earlierRuns;
   const calls = trialLayout(trialDir).llmCalls;
@@ -23,7 +26,7 @@ export async function startTrialRun(trialDir: string): Promise<void> {
   const entries = (await ifPresent(readdir(trialDir))) ?? [];
   await Promise.all(
     entries
-      .filter((name) => name !== EARLIER_RUNS_DIR)
+      .filter((name) => name !== EARLIER_RUNS_DIR && name !== SANDBOX_RECORD_FILE)
       .map((name) => rm(path.join(trialDir, name), { recursive: true, force: true }))
   );
 }

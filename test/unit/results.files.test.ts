@@ -18,6 +18,9 @@ import type { JobResult } from '../../src/results/job-result';
 import { buildJobResult } from '../../src/results/job-result';
 import { emptyStats } from '../../src/results/job-stats';
 import { writeLocalJob } from '../support/local-job';
+import { startTrialRun } from '../../src/results/earlier-runs';
+import { recordSandbox, recordedSandboxes } from '../../src/results/sandbox-record';
+import { appendFile, writeFile } from 'node:fs/promises';
 
 function jobResult(updatedAt: string, finished: number): JobResult {
   const stats = { ...emptyStats(10), n_completed: finished };
@@ -78,5 +81,22 @@ describe('results on disk', () => {
     assert.equal(new Set(names).size, 2, names.join(', '));
     assert.equal(new Set(plan.trials.map((trial) => trial.spec.trialId)).size, 2);
     assert.ok(names.includes('t_2__echo__1'), names.join(', '));
+  });
+
+  it("keeps the trial's sandbox record across a new run: what earlier runs created and did not remove", async () => {
+    const jobDir = await mkdtemp(path.join(tmpdir(), 'rollout-record-'));
+    const trialDir = jobFiles.trialDir(jobDir, 't1');
+    await recordSandbox(jobDir, 't1', { event: 'creating', host: 'h1', labels: { 'rollout.trial': 'x' } });
+    await recordSandbox(jobDir, 't1', { event: 'created', host: 'h1', id: 'aaa' });
+    await recordSandbox(jobDir, 't1', { event: 'created', host: 'h2', id: 'bbb' });
+    await recordSandbox(jobDir, 't1', { event: 'removed', id: 'aaa' });
+    // A write cut short by a crash, then the trial's other files.
+    await appendFile(path.join(trialDir, 'sandboxes.jsonl'), '{"event":"created","ho');
+    await writeFile(path.join(trialDir, 'trial.log'), 'earlier run\n');
+    await startTrialRun(trialDir);
+    await assert.rejects(readFile(path.join(trialDir, 'trial.log')), { code: 'ENOENT' });
+    assert.deepEqual(await recordedSandboxes(jobDir, 't1'), [{ id: 'bbb', host: 'h2' }]);
+    assert.deepEqual(await recordedSandboxes(jobDir, 'never-ran'), []);
+    await rm(jobDir, { recursive: true });
   });
 });
