@@ -32,74 +32,17 @@ export interface Dispatch {
   watch: TrialWatch;
 }
 
-export async function dispatchTrials({ input, job, patches, housekeeper, watch }: Dispatch): Promise<void> {
-  const { slotFirst, startTogether, paced, finalWriteOnce } = patches;
-  const pageSize = input.pageSize ?? DEFAULT_PAGE_SIZE;
-  let startFailure: Error | null = null;
-  const allStarted = async () => {
-    await Promise.all(job.starting.values());
-    if (startFailure) throw startFailure;
-  };
-  const continueAsNewIfLong = async () => {
-    housekeeper.throwIfFailed();
-    if (startFailure) throw startFailure;
-    const { continueAsNewSuggested, historyLength } = workflowInfo();
-    if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
-      await allStarted();
-      housekeeper.writeNow = true;
-      await housekeeper.quiet();
-      throw new ContinueAsNew();
-    }
-  };
-  const checkpoint = async () => {
-    if (slotFirst) {
-      housekeeper.start();
-      await housekeeper.settled();
-    } else {
-      if (job.dirty) await housekeeper.writeResult();
-      await housekeeper.releaseImages(false);
-    }
-    await continueAsNewIfLong();
-  };
-  /**
-   * While the window is full or the job paused (`rollout ctl`, read here at every start): a trial's end or a control
-   * frees a slot, or gives housekeeping to do (in the background).
-   */
-  const untilSlotFree = async () => {
-    if (!slotFirst) {
-      while (!job.slotFree) {
-        await watch.waitForTrials(() => job.slotFree || job.dirty);
-        await checkpoint();
-      }
-      return;
-    }
-    while (!job.slotFree) {
-      await watch.waitForTrials(() => job.slotFree || (job.dirty && housekeeper.idle));
-      housekeeper.start();
-      await continueAsNewIfLong();
-    }
-  };
-
+// The phases below keep the awaits of the single function they came from, one for one: a command's place in the
+// history depends on which coroutine runs first, so no await is added or removed around a start or a housekeeping call.
+export async function dispatchTrials(dispatch: Dispatch): Promise<void> {
+  const window = new TrialWindow(dispatch);
+  const { input, job, patches, housekeeper, watch } = dispatch;
   const { carry } = job;
-  /** While the budget is spent, no trial starts: the running ones finish (a raise lets trials start again). */
-  const whileBudgetSpent = async () => {
-    while (carry.budgetExhausted) {
-      if (job.runningCount === 0) {
-        await allStarted();
-        throw new BudgetExhausted();
-      }
-      await watch.waitForTrials(
-        () => !carry.budgetExhausted || job.runningCount === 0 || (job.dirty && housekeeper.idle)
-      );
-      housekeeper.start();
-      await continueAsNewIfLong();
-    }
-  };
   while (carry.cursor < input.totalTrials) {
     const page = await readPlanPage({
       jobDir: input.jobDir,
       offset: carry.cursor,
-      limit: pageSize,
+      limit: input.pageSize ?? DEFAULT_PAGE_SIZE,
       rerunErrorTypes: input.rerunErrorTypes,
     });
     if (page.length === 0) {
@@ -113,50 +56,128 @@ export async function dispatchTrials({ input, job, patches, housekeeper, watch }
       if (finished) {
         job.count(finished);
       } else {
-        await untilSlotFree();
-        if (input.budget) await whileBudgetSpent();
-        if (startTogether) {
-          const start = startTrial(spec)
-            .catch((err: unknown) => void (startFailure ??= err instanceof Error ? err : new Error(String(err))))
-            .finally(() => job.starting.delete(spec.trialId));
-          job.starting.set(spec.trialId, start);
-        } else {
-          await startTrial(spec);
-        }
+        await window.untilSlotFree();
+        if (input.budget) await window.whileBudgetSpent();
+        if (patches.startTogether) window.startAlongside(spec);
+        else await startTrial(spec);
         job.trialStarted(spec, env, new Date().toISOString());
       }
       if (entry.trial.envLast) env.dispatched = true;
       carry.cursor += 1;
     }
-    if (slotFirst) {
+    if (patches.slotFirst) {
       housekeeper.start();
-      await continueAsNewIfLong();
+      await window.continueAsNewIfLong();
     } else {
-      await checkpoint();
+      await window.checkpoint();
     }
   }
-  await allStarted();
+  await window.allStarted();
   // The tail: keep results fresh and images released while the last trials finish.
   while (job.runningCount > 0) {
-    if (paced) {
+    if (patches.paced) {
       await watch.waitForTrials(() => job.runningCount === 0 || (job.dirty && housekeeper.idle));
       if (job.runningCount === 0) break;
       housekeeper.start();
-      await continueAsNewIfLong();
+      await window.continueAsNewIfLong();
       continue;
     }
     await watch.waitForTrials(() => job.dirty);
-    if (finalWriteOnce && job.runningCount === 0) break;
-    await checkpoint();
+    if (patches.finalWriteOnce && job.runningCount === 0) break;
+    await window.checkpoint();
   }
-  if (!finalWriteOnce) return checkpoint();
-  if (paced) {
+  if (!patches.finalWriteOnce) return window.checkpoint();
+  if (patches.paced) {
     // The final write follows: housekeeping under way need not write, nor wait to.
     job.dirty = false;
     housekeeper.writeNow = true;
     housekeeper.finishing = true;
   }
   await housekeeper.settled();
+}
+
+/** The window's phases over one run of the Job; every wait is on the workflow's own state (deterministic). */
+class TrialWindow {
+  /** The first trial start that failed (startTogether: starts run alongside), rethrown at the next phase. */
+  private startFailure: Error | null = null;
+
+  constructor(private readonly dispatch: Dispatch) {}
+
+  async allStarted(): Promise<void> {
+    await Promise.all(this.dispatch.job.starting.values());
+    if (this.startFailure) throw this.startFailure;
+  }
+
+  async continueAsNewIfLong(): Promise<void> {
+    const { input, housekeeper } = this.dispatch;
+    housekeeper.throwIfFailed();
+    if (this.startFailure) throw this.startFailure;
+    const { continueAsNewSuggested, historyLength } = workflowInfo();
+    if (continueAsNewSuggested || historyLength > (input.maxHistoryEvents ?? DEFAULT_MAX_HISTORY_EVENTS)) {
+      await this.allStarted();
+      housekeeper.writeNow = true;
+      await housekeeper.quiet();
+      throw new ContinueAsNew();
+    }
+  }
+
+  async checkpoint(): Promise<void> {
+    const { job, patches, housekeeper } = this.dispatch;
+    if (patches.slotFirst) {
+      housekeeper.start();
+      await housekeeper.settled();
+    } else {
+      if (job.dirty) await housekeeper.writeResult();
+      await housekeeper.releaseImages(false);
+    }
+    await this.continueAsNewIfLong();
+  }
+
+  /**
+   * While the window is full or the job paused (`rollout ctl`, read here at every start): a trial's end or a control
+   * frees a slot, or gives housekeeping to do (in the background).
+   */
+  async untilSlotFree(): Promise<void> {
+    const { job, patches, housekeeper, watch } = this.dispatch;
+    if (!patches.slotFirst) {
+      while (!job.slotFree) {
+        await watch.waitForTrials(() => job.slotFree || job.dirty);
+        await this.checkpoint();
+      }
+      return;
+    }
+    while (!job.slotFree) {
+      await watch.waitForTrials(() => job.slotFree || (job.dirty && housekeeper.idle));
+      housekeeper.start();
+      await this.continueAsNewIfLong();
+    }
+  }
+
+  /** While the budget is spent, no trial starts: the running ones finish (a raise lets trials start again). */
+  async whileBudgetSpent(): Promise<void> {
+    const { job, housekeeper, watch } = this.dispatch;
+    const { carry } = job;
+    while (carry.budgetExhausted) {
+      if (job.runningCount === 0) {
+        await this.allStarted();
+        throw new BudgetExhausted();
+      }
+      await watch.waitForTrials(
+        () => !carry.budgetExhausted || job.runningCount === 0 || (job.dirty && housekeeper.idle)
+      );
+      housekeeper.start();
+      await this.continueAsNewIfLong();
+    }
+  }
+
+  /** startTogether: the start runs alongside the next ones; its failure is rethrown at the next phase. */
+  startAlongside(spec: TrialSpec): void {
+    const { job } = this.dispatch;
+    const start = startTrial(spec)
+      .catch((err: unknown) => void (this.startFailure ??= err instanceof Error ? err : new Error(String(err))))
+      .finally(() => job.starting.delete(spec.trialId));
+    job.starting.set(spec.trialId, start);
+  }
 }
 
 async function startTrial(spec: TrialSpec): Promise<void> {
