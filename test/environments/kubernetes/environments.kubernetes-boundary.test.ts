@@ -131,7 +131,10 @@ describe(
       });
       assert.deepEqual(policy.spec?.policyTypes, ['Ingress']);
       assert.deepEqual(policy.spec?.ingress ?? [], [], 'no ingress rule: nothing allowed in');
-      assert.deepEqual(policy.spec?.podSelector?.matchExpressions, [{ key: 'rollout.trial', operator: 'Exists' }]);
+      assert.deepEqual(
+        policy.spec?.podSelector?.matchExpressions?.map(({ key, operator, values }) => ({ key, operator, values })),
+        [{ key: 'rollout.trial', operator: 'Exists', values: undefined }]
+      );
       const [pod] = await target.pods(`rollout.deployment=boundary-${run}`);
       assert.ok(pod?.metadata?.labels?.['rollout.trial'], 'the trial pod carries the label the policy selects');
       // Another worker process: the policy already there is kept, and its start goes on.
