@@ -4,6 +4,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import type { Environment, HeldEnvironment } from '../src/contracts/environment';
 import type { EnvironmentType } from '../src/contracts/job-config';
 import { hostQueue } from '../src/contracts/queues';
+import { log } from '../src/log';
 import { trialStateQuery } from '../workflows/messages';
 
 const QUERY_TIMEOUT_MS = 10_000;
@@ -21,12 +22,16 @@ export async function removeAbandonedEnvironments(
   options: { type: EnvironmentType; checkRunningTrials: boolean }
 ): Promise<number> {
   let removed = 0;
-  for (const held of await environment.heldEnvironments()) {
+  const all = await environment.heldEnvironments();
+  for (const held of all) {
     if (await isAbandoned(client, held, options)) {
       await environment.remove({ id: held.id, workdir: '/' });
       removed += 1;
     }
   }
+  const pass = `janitor (${options.type}): ${all.length} environment(s) held, ${removed} of ended trials removed`;
+  if (removed > 0) log.info(pass);
+  else log.debug(pass);
   return removed;
 }
 

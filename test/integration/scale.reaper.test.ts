@@ -33,7 +33,11 @@ let client: Client;
 let connection: Connection;
 
 /** A real worker process of this deployment, on a host id of its own; stopped (SIGTERM, it holds no trial) after. */
-async function withWorker<T>(env: string, extra: Record<string, string>, work: () => Promise<T>): Promise<T> {
+async function withWorker<T>(
+  env: string,
+  extra: Record<string, string>,
+  work: (stderr: () => string) => Promise<T>
+): Promise<T> {
   const cwd = await mkdtemp(path.join(tmpdir(), 'rollout-reaper-'));
   const leases = { ROLLOUT_LEASE_DIR: await mkdtemp(path.join(tmpdir(), 'leases-')) };
   const worker = startCli(['worker', '--env', env, '--no-workflows', '--host-id', `live-${run}`], {
@@ -41,8 +45,10 @@ async function withWorker<T>(env: string, extra: Record<string, string>, work: (
     env: { ...leases, ...extra },
     timeoutMs: 10 * 60_000,
   });
+  let stderr = '';
+  worker.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   try {
-    return await work();
+    return await work(() => stderr);
   } finally {
     worker.kill('SIGTERM');
     const { stderr } = await within(60_000, 'the worker to stop', worker.output);
@@ -95,10 +101,12 @@ describe('the reaper: bounded removal of what dead workers left', () => {
       for (const trial of ['gone', 'cancelled', 'running']) await leftover(trial);
       assert.deepEqual(await kept(), ['cancelled', 'gone', 'running']);
 
-      await withWorker('docker', {}, async () => {
-        await waitFor("the worker to remove the finished and gone trials' containers", async () => {
-          return (await kept()).join() === 'running';
-        });
+      await withWorker('docker', {}, async (stderr) => {
+        // Its first pass, as it starts: 3 held (here), the 2 of ended trials removed.
+        await waitFor('the first janitor pass', () =>
+          /janitor \(docker\): \d+ environment\(s\) held, [1-9]\d* of/.test(stderr())
+        );
+        assert.deepEqual(await kept(), ['running']);
         // The running trial ends (its host never comes back): its container goes within the janitor's period.
         await client.workflow.getHandle(`${jobName}/running`).terminate('test: the trial ended');
         await waitFor("the ended trial's container to go", async () => (await kept()).length === 0, LEAK_BOUND_MS);
@@ -164,10 +172,11 @@ describe('the reaper: bounded removal of what dead workers left', () => {
         for (const trial of ['gone', 'finished', 'running']) await environment.start(start(trial));
         assert.deepEqual(await trialsHeld(), ['finished', 'gone', 'running']);
 
-        await withWorker('e2b', standIn.env, async () => {
-          await waitFor("the worker to remove the finished and gone trials' sandboxes", async () => {
-            return (await trialsHeld()).join() === 'running';
-          });
+        await withWorker('e2b', standIn.env, async (stderr) => {
+          await waitFor('the first janitor pass', () =>
+            /janitor \(e2b\): 3 environment\(s\) held, [1-9]\d* of/.test(stderr())
+          );
+          assert.deepEqual(await trialsHeld(), ['running']);
           await client.workflow.getHandle(`${jobName}/running`).terminate('test: the trial ended');
           await waitFor(
             "the ended trial's sandbox to go",
