@@ -16,6 +16,7 @@ import { trialTaskDir } from '../src/registry/trial-task';
 import { appendTrialLog } from '../src/results/trial-log';
 import type { Task, TaskLoad } from '../src/task/load';
 import { loadTask } from '../src/task/load';
+import type { WorkerCaps } from '../src/task/worker-caps';
 import { MissingEnvironmentVariableError, resolveEnv } from '../src/env-vars';
 import { capText, formatProblem } from '../src/contracts/errors';
 import { CloudQuotaError } from '../src/environments/cloud/quota';
@@ -38,6 +39,8 @@ export interface ActivityDeps {
   creation: SandboxCreation;
   /** The jobs' policy versions, stamped on model calls (absent without a Temporal client: calls go unstamped). */
   policyVersions?: PolicyVersions;
+  /** This worker's caps on the trials it starts (worker.yaml `max_*`, with this host's defaults). */
+  caps: WorkerCaps;
 }
 
 /** Per-worker limit on trials that hold an environment on this host (`rollout worker --max-trials`). */

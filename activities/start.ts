@@ -1,5 +1,7 @@
 import path from 'node:path';
 
+import { ApplicationFailure } from '@temporalio/activity';
+
 import { loadAgentConfig } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import { caBundleStart } from '../src/environments/ca-trust';
@@ -16,6 +18,8 @@ import {
 } from '../src/task/policy';
 import { stepTaskConfig } from '../src/task/steps';
 import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
+import type { WorkerCaps } from '../src/task/worker-caps';
+import { WORKER_CAPS_ERROR, workerCapExcess } from '../src/task/worker-caps';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, log, taskFailure } from './context';
@@ -43,6 +47,7 @@ const START_MARGIN_MS = 60_000;
  */
 export function startEnvironment(deps: ActivityDeps) {
   return async function startEnvironment({ spec, image }: StartInput): Promise<StartOutput> {
+    refuseOverWorkerCaps(spec, deps.caps);
     const [task, agent] = await Promise.all([loadTrialTask(spec), loadAgentConfig(spec.jobDir, spec.agentName)]);
     const environment = deps.environment(spec.environmentType);
     try {
@@ -135,4 +140,18 @@ function findSnapshot(
   if (!key || !snapshots) return Promise.resolve(null);
   const maxWaitMs = Math.max(0, spec.timeouts.start * 1000 - START_MARGIN_MS);
   return installGate.snapshotFor(`${image}\n${key}`, spec.trialId, () => snapshots.find(image, key), signal, maxWaitMs);
+}
+
+/**
+ * The trial's resources, steps and timeouts within this worker's caps, whatever the job planned: over them, no
+ * environment starts. The refusal is not the task's or the agent's doing, so it is not scored (an infrastructure
+ * error: the trial may run on a worker whose caps allow it).
+ */
+function refuseOverWorkerCaps(spec: TrialSpec, caps: WorkerCaps) {
+  const excess = workerCapExcess(spec, caps);
+  if (excess.length > 0)
+    throw ApplicationFailure.nonRetryable(
+      `this worker refuses the trial: ${excess.map((over) => `${over.field}: ${over.message}`).join('; ')}`,
+      WORKER_CAPS_ERROR
+    );
 }

@@ -16,7 +16,7 @@ import { TemporalConcurrencyShares } from '../src/temporal/concurrency-limits';
 import { TemporalCreationRate } from '../src/temporal/creation-rate';
 import { SandboxCreation } from '../src/environments/sandbox-creation';
 import type { RateLimitRule } from '../src/contracts/job-config';
-import { loadWorkerConfig } from '../src/job/worker-config';
+import { loadWorkerConfig, workerCaps } from '../src/job/worker-config';
 import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
@@ -29,6 +29,8 @@ import { leaseWorkerId } from './host-lease';
 import { removeAbandonedEnvironments } from './janitor';
 import { workflowBundle } from './workflow-bundle';
 import { CountingTrialSlots } from './trial-slots';
+import type { WorkerCaps } from '../src/task/worker-caps';
+import { DEFAULT_WORKER_CAPS } from '../src/task/worker-caps';
 
 export interface WorkerSetOptions {
   connection: NativeConnection;
@@ -60,6 +62,8 @@ export interface WorkerSetOptions {
   slots?: CountingTrialSlots;
   /** The worker config's `rate_limits` (src/job/worker-config.ts), applied with each job's. */
   rateLimits?: RateLimitRule[];
+  /** The worker config's caps on trials (default: this host's defaults alone). */
+  caps?: WorkerCaps;
   /**
    * How long steps on the shared provider queues may run on once this process stops (`rollout worker
    * --shutdown-grace`): steps of environments any worker reaches (pods, cloud sandboxes) finish here meanwhile, and
@@ -121,6 +125,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
       return environment;
     },
     hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
+    caps: options.caps ?? DEFAULT_WORKER_CAPS,
   };
   const activities = createProviderActivities(deps);
   const common = {
@@ -232,10 +237,12 @@ export async function startWorkers(
   const lease = await leaseWorkerId(owner.hostId, owner.deployment);
   const connection = await NativeConnection.connect({ address: options.address, ...options.connectionOptions });
   const slots = new CountingTrialSlots(options.maxTrials);
+  // Every command that runs a worker honours ROLLOUT_WORKER_CONFIG unless given its settings.
+  const config = options.rateLimits && options.caps ? undefined : await loadWorkerConfig();
   const workers = await createWorkers({
     ...options,
-    // Every command that runs a worker honours ROLLOUT_WORKER_CONFIG unless given its rules.
-    rateLimits: options.rateLimits ?? (await loadWorkerConfig()).rate_limits,
+    rateLimits: options.rateLimits ?? config?.rate_limits,
+    caps: options.caps ?? (config && workerCaps(config)),
     hostId: owner.hostId,
     workerId: lease.workerId,
     connection,

@@ -20,7 +20,9 @@ import { loadJobFile } from '../job/load';
 import type { JobPlan } from '../job/plan';
 import { jobDirOf, jobWorkflowId, planJob } from '../job/plan';
 import { probeUpstreams, upstreamChecks } from '../job/preflight';
-import { loadWorkerConfig } from '../job/worker-config';
+import { loadWorkerConfig, workerCaps } from '../job/worker-config';
+import type { WorkerCaps } from '../task/worker-caps';
+import { plannedCapProblems } from '../task/worker-caps';
 import type { RateLimitRule } from '../contracts/job-config';
 import type { BudgetLimits } from '../gateway/spend';
 import { startServices } from '../job/services';
@@ -132,13 +134,23 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   const upstreams = options.worker && !options.skipPreflight ? upstreamChecks(job.agents, file) : [];
   // ROLLOUT_WORKER_CONFIG is read (and its problems reported) before anything starts.
   const workerConfig = options.worker ? await loadWorkerConfig() : undefined;
+  const caps = workerConfig && workerCaps(workerConfig);
+  // The embedded worker would refuse these trials one by one: the job is refused now instead.
+  const overCaps = caps
+    ? plannedCapProblems(
+        plan.trials.map((trial) => trial.spec),
+        caps,
+        job
+      )
+    : [];
+  if (overCaps.length > 0) throw new InputError(overCaps);
   await preflight;
   await saveJobFolder(plan);
   const services = await startServices(job.services, path.join(workingJobDir(plan.jobDir), 'services'));
   try {
     // After the job's services: one of them may be the model server.
     await probeUpstreams(upstreams);
-    return await watchJob(job, file, plan, { ...options, rateLimits: workerConfig?.rate_limits });
+    return await watchJob(job, file, plan, { ...options, rateLimits: workerConfig?.rate_limits, caps });
   } finally {
     await services.stop();
   }
@@ -148,7 +160,7 @@ async function watchJob(
   job: ResolvedJob,
   file: string,
   plan: JobPlan,
-  options: RunOptions & { rateLimits?: RateLimitRule[] }
+  options: RunOptions & { rateLimits?: RateLimitRule[]; caps?: WorkerCaps }
 ): Promise<number> {
   const endpoint = await resolveTemporal({ startDevServer: true });
   const { connection, client } = await connectClient(endpoint);
@@ -262,7 +274,12 @@ function startJobWorkers(
   endpoint: TemporalEndpoint,
   client: Client,
   job: ResolvedJob,
-  { hostId, maxTrials, rateLimits }: { hostId?: string; maxTrials?: number; rateLimits?: RateLimitRule[] }
+  {
+    hostId,
+    maxTrials,
+    rateLimits,
+    caps,
+  }: { hostId?: string; maxTrials?: number; rateLimits?: RateLimitRule[]; caps?: WorkerCaps }
 ) {
   return startWorkers({
     address: endpoint.address,
@@ -274,6 +291,7 @@ function startJobWorkers(
     maxTrials: maxTrials ?? job.n_concurrent_trials,
     serveWorkflows: true,
     rateLimits,
+    caps,
   });
 }
 

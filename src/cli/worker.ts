@@ -13,7 +13,7 @@ import type { CaTrustMode } from '../environments/ca-trust';
 import { CA_TRUST_MODES } from '../environments/ca-trust';
 import type { EnvironmentType } from '../contracts/job-config';
 import { ENVIRONMENT_TYPES } from '../environments/registry';
-import { WORKER_CONFIG_ENV, loadWorkerConfig } from '../job/worker-config';
+import { WORKER_CONFIG_ENV, loadWorkerConfig, workerCaps } from '../job/worker-config';
 import type { LogLevel } from '../contracts/job-config';
 import { LOG_LEVELS } from '../contracts/job-config';
 import { log } from '../log';
@@ -59,7 +59,10 @@ export function addWorkerCommand(program: Command): void {
     .option('--max-trials <n>', 'trials this worker may hold at once', wholeNumber(1), 8)
     .option('--host-id <id>', 'name of this host for its task queues', defaultHostId())
     .option('--no-workflows', 'serve only activities, not Job/Trial workflows')
-    .option('--config <worker.yaml>', `this worker's settings: rate_limits (default: $${WORKER_CONFIG_ENV})`)
+    .option(
+      '--config <worker.yaml>',
+      `this worker's settings: rate_limits, max_* caps (default: $${WORKER_CONFIG_ENV})`
+    )
     .addOption(
       new Option('--log-level <level>', "this worker's and its workflows' log level")
         .choices([...LOG_LEVELS])
@@ -116,6 +119,7 @@ export function addWorkerCommand(program: Command): void {
         serveWorkflows: opts.workflows,
         containerCaTrust: opts.containerCaTrust,
         rateLimits: config.rate_limits,
+        caps: workerCaps(config),
         shutdownGraceMs: opts.shutdownGrace * 1000,
       });
       const drained = drainOnSignals(workers, opts.shutdownGrace);

@@ -3,6 +3,12 @@ import { randomBytes } from 'node:crypto';
 
 import { shellQuote } from '../shell';
 
+/**
+ * Capabilities no task needs, dropped from every trial container whatever runs it (raw sockets: ARP spoofing of
+ * neighbours; device nodes). Tasks keep running as root, as their images expect.
+ */
+export const DROPPED_CAPABILITIES = ['NET_RAW', 'MKNOD'] as const;
+
 /** The command that keeps a trial's container up. */
 export const KEEP_ALIVE = ['sleep', 'infinity'] as const;
 

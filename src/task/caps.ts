@@ -85,7 +85,7 @@ export function overrideCapProblems(environment: CapSettings & ResourceOverrides
   });
 }
 
-interface Limit {
+export interface Limit {
   what: string;
   cap: number | undefined;
   key: string;
@@ -94,7 +94,7 @@ interface Limit {
 }
 
 /** Memory, cpus, storage and pids: their caps, in the order of ResourceOverrides' checks. */
-function declaredLimits(caps: ResourceCaps): Limit[] {
+export function declaredLimits(caps: ResourceCaps): Limit[] {
   return [
     {
       what: 'memory',
@@ -109,9 +109,18 @@ function declaredLimits(caps: ResourceCaps): Limit[] {
   ];
 }
 
-function overMessage(limit: Limit, value: number): string {
-  const cap = `environment.${limit.key} = ${limit.show(limit.cap ?? 0)}${limit.note ? `, ${limit.note}` : ''}`;
-  return `${limit.show(value)} of ${limit.what} is over the job's cap (job.yaml ${cap})`;
+/** Whose caps a value is over, and where they are set: job.yaml's `environment.max_*`, or a worker's worker.yaml. */
+export interface CapOwner {
+  whose: string;
+  /** The setting's prefix before its key, e.g. `job.yaml environment.`. */
+  setting: string;
+}
+
+const JOB_CAPS: CapOwner = { whose: "the job's cap", setting: 'job.yaml environment.' };
+
+export function overMessage(limit: Limit, value: number, owner: CapOwner = JOB_CAPS): string {
+  const cap = `${owner.setting}${limit.key} = ${limit.show(limit.cap ?? 0)}${limit.note ? `, ${limit.note}` : ''}`;
+  return `${limit.show(value)} of ${limit.what} is over ${owner.whose} (${cap})`;
 }
 
 /**

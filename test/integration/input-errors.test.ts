@@ -304,6 +304,25 @@ describe('invalid input', () => {
     await rm(path.join(dir, 'greedy'), { recursive: true, force: true });
   });
 
+  it("refuses a task over the caps of the worker it would run on: a job's own caps cannot raise them", async () => {
+    await writeTask('big', {
+      'task.toml': 'version = "1.0"\n[environment]\nmemory = "2Gi"\n',
+      'solution/solve.sh': 'true',
+    });
+    const workerYaml = path.join(dir, 'worker.yaml');
+    await writeFile(workerYaml, 'max_memory: 1Gi\n');
+    const job = ['environment:', '  type: docker', '  max_memory: 64Gi', 'agents:', '  - name: oracle'];
+    await write('job.yaml', [...job, 'datasets:', '  - path: big', ''].join('\n'));
+    const run = await runCli(['job.yaml'], { cwd: dir, timeoutMs: 60_000, env: { ROLLOUT_WORKER_CONFIG: workerYaml } });
+    assert.equal(run.code, 2, `exit code; stderr: ${run.stderr}`);
+    assert.equal(
+      run.stderr.trim(),
+      `error: ${path.join(dir, 'big', 'task.toml')}: environment.memory: 2 GiB of memory is over this worker's cap (${workerYaml} max_memory = 1 GiB)`
+    );
+    assert.equal(existsSync(path.join(dir, 'jobs')), false, 'nothing written');
+    await rm(path.join(dir, 'big'), { recursive: true, force: true });
+  });
+
   it('refuses a task that needs a capability its provider lacks, naming the task and the capability', async () => {
     await writeTask('gpu-task', { 'task.toml': 'version = "1.0"\n[environment]\ngpus = 1\n' });
     const job = ['environment:', '  type: local', 'agents:', '  - name: oracle', 'datasets:', '  - path: gpu-task', ''];

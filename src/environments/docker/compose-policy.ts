@@ -14,6 +14,7 @@ import { isDeepStrictEqual } from 'node:util';
 
 import { parse as parseYaml } from 'yaml';
 import { ifPresent } from '../../files/absent';
+import { DROPPED_CAPABILITIES } from '../trial-container';
 
 /** The parts of a resolved compose model (`docker compose config --format json`) Rollout reads or changes. */
 export interface ComposeModel {
@@ -341,8 +342,6 @@ const MAIN_OWNED = [
   'shm_size',
 ];
 
-/** Capabilities no task needs (raw sockets: ARP spoofing of neighbours; device nodes). */
-export const DROPPED_CAPABILITIES = ['NET_RAW', 'MKNOD'];
 export const SECURITY_OPTIONS = ['no-new-privileges:true'];
 
 /**

@@ -17,11 +17,11 @@ import { bestEffort } from '../../log';
 import { firstLine } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { statusCode } from '../image-builder/engine';
-import { KEEP_ALIVE, envList, isKeepAlive } from '../trial-container';
+import { DROPPED_CAPABILITIES, KEEP_ALIVE, envList, isKeepAlive } from '../trial-container';
 import type { DockerCleanup } from './cleanup';
 import type { ComposeStart } from './compose-start';
 import { projectName, taskComposeFile } from './compose';
-import { DROPPED_CAPABILITIES, SECURITY_OPTIONS } from './compose-policy';
+import { SECURITY_OPTIONS } from './compose-policy';
 import type { DockerExec } from './exec';
 import type { DockerNetwork } from './network';
 import { LABEL_PUBLIC_NETWORKS } from './network';
@@ -131,7 +131,7 @@ export class DockerContainers {
         MemorySwap: Math.round(request.resources.memoryBytes), // no swap beyond the memory limit
         PidsLimit: request.resources.pidsLimit,
         // No raw sockets (ARP spoofing of the containers beside it) or device nodes; setuid binaries gain nothing.
-        CapDrop: DROPPED_CAPABILITIES,
+        CapDrop: [...DROPPED_CAPABILITIES],
         SecurityOpt: SECURITY_OPTIONS,
         // no-network: only loopback. setNetwork connects it for a phase that may reach the network.
         NetworkMode: request.network === 'none' ? 'none' : publicNetworks,

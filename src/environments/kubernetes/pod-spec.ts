@@ -1,11 +1,11 @@
 /** A trial's pod: its manifest, its name and labels, and the handle id that finds it again. */
 import { createHash } from 'node:crypto';
 
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Pod, V1SecurityContext } from '@kubernetes/client-node';
 
 import type { StartRequest } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
-import { KEEP_ALIVE } from '../trial-container';
+import { DROPPED_CAPABILITIES, KEEP_ALIVE } from '../trial-container';
 import type { PodRef } from './cluster';
 import type { KubernetesSettings } from './settings';
 
@@ -15,6 +15,17 @@ export const CONTAINER = 'trial';
 const DEADLINE_SLACK_SEC = 600;
 /** Kubernetes label values: at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends. */
 const LABEL_VALUE = /^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$/;
+
+/**
+ * What Docker gives every trial container, on a pod: no NET_RAW or MKNOD, no-new-privileges, the runtime's default
+ * seccomp profile. Root stays root (task images expect it); nothing here can be loosened by the task.
+ */
+export const TRIAL_SECURITY_CONTEXT: V1SecurityContext = {
+  allowPrivilegeEscalation: false,
+  privileged: false,
+  capabilities: { drop: [...DROPPED_CAPABILITIES] },
+  seccompProfile: { type: 'RuntimeDefault' },
+};
 
 /** The pod of a trial: the image's entrypoint kept, our keep-alive as its command, the task's resources. */
 export function podManifest(
@@ -50,7 +61,11 @@ export function podManifest(
       // A stuck trial (its worker gone) cannot hold a node for ever.
       activeDeadlineSeconds: Math.ceil((request.budgetSec ?? 0) + DEADLINE_SLACK_SEC),
       terminationGracePeriodSeconds: 0,
-      automountServiceAccountToken: settings.service_account !== undefined,
+      // The agent gets no credential for the API server, whatever account the pod runs as, and no environment
+      // variables naming the namespace's services (KUBERNETES_SERVICE_* of the API server itself always comes).
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
       ...(settings.service_account ? { serviceAccountName: settings.service_account } : {}),
       ...(settings.runtime_class ? { runtimeClassName: settings.runtime_class } : {}),
       ...(settings.node_selector ? { nodeSelector: settings.node_selector } : {}),
@@ -73,6 +88,7 @@ export function podManifest(
           env: Object.entries(request.env).map(([key, value]) => ({ name: key, value })),
           ...(request.workdir ? { workingDir: request.workdir } : {}),
           resources: { requests: quantities, limits: quantities },
+          securityContext: TRIAL_SECURITY_CONTEXT,
           readinessProbe: { exec: { command: ['/bin/sh', '-c', 'true'] }, periodSeconds: 2 },
         },
       ],
