@@ -18,7 +18,7 @@ import { MAX_TIMER_SEC } from '../contracts/job-config';
 import { overrideCapProblems } from '../task/caps';
 import type { TaskResources } from '../contracts/task-config';
 import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
-import { readJobJson } from '../storage/job-folder';
+import { readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
@@ -70,8 +70,9 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   if (overCaps.length > 0) throw new InputError(overCaps);
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
-    // An earlier run of this job pinned its registry tasks: keep those commits.
-    previous: await readJobJson<ResolvedJob>(jobDirOf(job), 'config.json'),
+    // An earlier run of this job pinned its registry tasks: keep those commits, as signed (a pin changed in the folder
+    // is refused, never signed again as the operator's).
+    previous: await readVerifiedJobConfig<ResolvedJob>(jobDirOf(job)),
   });
   const datasets = loaded.datasets;
 
