@@ -1,0 +1,92 @@
+/**
+ * A TLS handshake with the Temporal frontend before the SDK connects, with the same certificates: the SDK reports a
+ * refused client certificate only as "Failed to connect before the deadline", after its whole connect timeout. Here
+ * the server's TLS alert (or the failed verification of its certificate) becomes one line naming the setting, at
+ * once. The handshake offers HTTP/2 (gRPC's ALPN) and waits for the server's first SETTINGS frame: with TLS 1.3 a
+ * server refuses a client certificate only after the client's side of the handshake is done.
+ */
+import type { TLSConfig } from '@temporalio/client';
+import http2 from 'node:http2';
+
+import type { ProfileSetting } from './envconfig';
+import { TemporalConfigError } from './envconfig';
+
+const TIMEOUT_MS = 10_000;
+
+/**
+ * Resolves once the server answered over TLS; throws TemporalConfigError for a refusal it can name. A timeout or an
+ * error it cannot name resolves too: the SDK's own connect then reports it.
+ */
+export async function tlsPreflight(
+  address: string,
+  tls: TLSConfig | true,
+  where: (setting: ProfileSetting) => string
+): Promise<void> {
+  const config = tls === true ? {} : tls;
+  const error = await handshake(address, config);
+  if (!error) return;
+  const message = refusal(address, config, error, where);
+  if (message) throw new TemporalConfigError(message, { cause: error });
+}
+
+function handshake(address: string, tls: TLSConfig): Promise<NodeJS.ErrnoException | null> {
+  return new Promise((resolve) => {
+    const session = http2.connect(`https://${address}`, {
+      ...(tls.serverNameOverride ? { servername: tls.serverNameOverride } : {}),
+      // Without a CA of its own, the SDK trusts roots this process may not hold: leave that verdict to the SDK.
+      ...(tls.serverRootCACertificate
+        ? { ca: Buffer.from(tls.serverRootCACertificate) }
+        : { rejectUnauthorized: false }),
+      ...(tls.clientCertPair
+        ? { cert: Buffer.from(tls.clientCertPair.crt), key: Buffer.from(tls.clientCertPair.key) }
+        : {}),
+    });
+    const done = (error: NodeJS.ErrnoException | null) => {
+      clearTimeout(timer);
+      session.destroy();
+      resolve(error);
+    };
+    const timer = setTimeout(() => done(null), TIMEOUT_MS);
+    session.once('remoteSettings', () => done(null));
+    session.once('error', (err: NodeJS.ErrnoException) => done(err));
+    session.once('close', () => done(null));
+  });
+}
+
+/** The line for a refusal, or null when the error names nothing the configuration can fix. */
+function refusal(
+  address: string,
+  tls: TLSConfig,
+  error: NodeJS.ErrnoException,
+  where: (setting: ProfileSetting) => string
+): string | null {
+  const code = error.code ?? '';
+  const at = `Temporal at ${address} (${where('address')})`;
+  if (/CERTIFICATE_REQUIRED/.test(code))
+    return tls.clientCertPair
+      ? `${at} did not accept the client certificate of ${where('tls.client_cert')}`
+      : `${at} requires a client certificate: set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH ` +
+          '(or tls.client_cert_path and tls.client_key_path in the profile)';
+  if (/ALERT_(BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|DECRYPT_ERROR)/.test(code))
+    return `${at} refused the client certificate of ${where('tls.client_cert')} (${alertName(code)})`;
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return `${at}: its TLS certificate does not name ${tls.serverNameOverride ?? address.replace(/:\d+$/, '')} (TEMPORAL_TLS_SERVER_NAME)`;
+  if (/CERT|SELF_SIGNED|UNABLE_TO_(GET_ISSUER|VERIFY)/.test(code) && tls.serverRootCACertificate)
+    return `${at}: its TLS certificate is not signed by the CA of ${where('tls.server_ca_cert')} (${code})`;
+  if (/WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG/.test(code))
+    return `${at} does not speak TLS (${where('tls')}): ${firstLine(error)}`;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH')
+    return `Temporal unreachable at ${address} (${where('address')}): ${code}`;
+  return null;
+}
+
+function alertName(code: string): string {
+  return code
+    .replace(/^ERR_SSL_(TLSV1\d?_)?ALERT_/, '')
+    .toLowerCase()
+    .replace(/_/g, ' ');
+}
+
+function firstLine(err: Error): string {
+  return err.message.split('\n')[0]!;
+}
