@@ -2,11 +2,12 @@
  * A TLS handshake with the Temporal frontend before the SDK connects, with the same certificates: the SDK reports a
  * refused client certificate only as "Failed to connect before the deadline", after its whole connect timeout. Here
  * the server's TLS alert (or the failed verification of its certificate) becomes one line naming the setting, at
- * once. The handshake offers HTTP/2 (gRPC's ALPN) and waits for the server's first SETTINGS frame: with TLS 1.3 a
- * server refuses a client certificate only after the client's side of the handshake is done.
+ * once. The handshake offers HTTP/2 (gRPC's ALPN), sends gRPC's first bytes and waits for the server's answer: with
+ * TLS 1.3 a server refuses a client certificate only after the client's side of the handshake is done.
  */
 import type { TLSConfig } from '@temporalio/client';
-import http2 from 'node:http2';
+import { isIP } from 'node:net';
+import { connect } from 'node:tls';
 
 import type { ProfileSetting } from './envconfig';
 import { TemporalConfigError } from './envconfig';
@@ -29,10 +30,20 @@ export async function tlsPreflight(
   if (message) throw new TemporalConfigError(message, { cause: error });
 }
 
+/** gRPC's first bytes: the HTTP/2 client preface and an empty SETTINGS frame. */
+const HTTP2_PREFACE = Buffer.concat([
+  Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'),
+  Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]),
+]);
+
 function handshake(address: string, tls: TLSConfig): Promise<NodeJS.ErrnoException | null> {
+  const { host, port } = hostAndPort(address);
   return new Promise((resolve) => {
-    const session = http2.connect(`https://${address}`, {
-      ...(tls.serverNameOverride ? { servername: tls.serverNameOverride } : {}),
+    const socket = connect({
+      host,
+      port,
+      servername: tls.serverNameOverride ?? (isIP(host) ? undefined : host),
+      ALPNProtocols: ['h2'],
       // Without a CA of its own, the SDK trusts roots this process may not hold: leave that verdict to the SDK.
       ...(tls.serverRootCACertificate
         ? { ca: Buffer.from(tls.serverRootCACertificate) }
@@ -43,14 +54,20 @@ function handshake(address: string, tls: TLSConfig): Promise<NodeJS.ErrnoExcepti
     });
     const done = (error: NodeJS.ErrnoException | null) => {
       clearTimeout(timer);
-      session.destroy();
+      socket.destroy();
       resolve(error);
     };
     const timer = setTimeout(() => done(null), TIMEOUT_MS);
-    session.once('remoteSettings', () => done(null));
-    session.once('error', (err: NodeJS.ErrnoException) => done(err));
-    session.once('close', () => done(null));
+    socket.once('secureConnect', () => socket.write(HTTP2_PREFACE));
+    socket.once('data', () => done(null));
+    socket.once('error', (err: NodeJS.ErrnoException) => done(err));
+    socket.once('close', () => done(null));
   });
+}
+
+function hostAndPort(address: string): { host: string; port: number } {
+  const match = /^\[?(.*?)\]?:(\d+)$/.exec(address);
+  return match ? { host: match[1]!, port: Number(match[2]) } : { host: address, port: 7233 };
 }
 
 /** The line for a refusal, or null when the error names nothing the configuration can fix. */
