@@ -1,5 +1,5 @@
 /** Tar archives of host files to extract at a container's root: one transfer however many files or targets. */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 
@@ -28,6 +28,21 @@ export function packedAt(hostPath: string, isFolder: boolean, targets: readonly 
     });
   // tar-fs streams are streamx streams: pipe-compatible with Node's, which is all their readers do with them.
   return packTarget(0) as unknown as Readable;
+}
+
+/**
+ * An upload's archive: a folder's contents land inside each target; a lone file as <target>/<its name>. `targets` are
+ * where they land, as absolute paths (to make first: an empty folder's archive makes none).
+ */
+export async function packedUpload(
+  hostPath: string,
+  containerPath: string | readonly string[]
+): Promise<{ archive: Readable; targets: readonly string[] }> {
+  const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
+  return {
+    archive: packedAt(hostPath, (await stat(hostPath)).isDirectory(), targets),
+    targets: targets.map((target) => `/${rootRelative(target)}`),
+  };
 }
 
 /** The files of a start request as a tar to extract at the container's root (root-owned, mode 0644). */

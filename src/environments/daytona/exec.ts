@@ -14,18 +14,18 @@ import type { EnvironmentHandle } from '../../contracts/trial';
 import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
+import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
 import type { DaytonaClients } from './client';
 import { daytonaCall, isNotFound } from './client';
 
 export class SandboxExec {
-  /** Shell of each sandbox: bash when its image has it, else sh. */
-  private readonly shells = new Map<string, string>();
+  private readonly shells = new Shells();
 
   constructor(private readonly clients: DaytonaClients) {}
 
   forget(sandboxId: string): void {
-    this.shells.delete(sandboxId);
+    this.shells.forget(sandboxId);
   }
 
   /**
@@ -146,15 +146,12 @@ export class SandboxExec {
     };
   }
 
-  /** bash when the image has it (asked once per sandbox and process), else sh. */
-  private async shellOf(sandbox: Sandbox): Promise<string> {
-    let shell = this.shells.get(sandbox.id);
-    if (!shell) {
-      const probe = await daytonaCall(() => sandbox.process.executeCommand('test -x /bin/bash'));
-      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
-      this.shells.set(sandbox.id, shell);
-    }
-    return shell;
+  /** See Shells. */
+  private shellOf(sandbox: Sandbox): Promise<string> {
+    return this.shells.of(
+      sandbox.id,
+      async (probe) => (await daytonaCall(() => sandbox.process.executeCommand(probe))).exitCode
+    );
   }
 }
 

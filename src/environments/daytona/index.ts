@@ -5,6 +5,7 @@
  * sandbox whose worker died is deleted by Daytona soon after. Sandboxes are reached through the API from any worker.
  */
 import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
 
 import type { PhaseNetwork } from '../../contracts/task-config';
 import type { EnvironmentHandle } from '../../contracts/trial';
@@ -23,20 +24,15 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import {
-  LABEL_DEPLOYMENT,
-  LABEL_ENV_KEY,
-  LABEL_ROLE,
-  LABEL_TRIAL,
-  TaskEnvironmentError,
-} from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
-import { packedFiles } from '../archives';
+import { prepareStart } from '../kit/prepare';
+import type { StagedTransfer } from '../kit/tar-transfer';
 import { KILL_ALL } from '../trial-container';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
-import { SandboxFiles } from './files';
+import { sandboxFiles } from './files';
 import { daytonaSettings } from './settings';
 import { DaytonaSnapshots, sandboxSize } from './snapshots';
 
@@ -53,7 +49,7 @@ export class DaytonaEnvironment implements Environment {
   private readonly owner: EnvironmentOwner;
   private readonly clients = new DaytonaClients();
   private readonly execs: SandboxExec;
-  private readonly files: SandboxFiles;
+  private readonly files: StagedTransfer;
   private readonly images: DaytonaSnapshots;
   private readonly quotaWaitMs: number | undefined;
 
@@ -61,7 +57,7 @@ export class DaytonaEnvironment implements Environment {
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     this.execs = new SandboxExec(this.clients);
-    this.files = new SandboxFiles(this.clients, this.execs);
+    this.files = sandboxFiles(this.clients, this.execs);
     this.images = new DaytonaSnapshots(this.clients, this.quotaWaitMs);
     this.snapshots = this.images.installSnapshots();
   }
@@ -149,19 +145,17 @@ export class DaytonaEnvironment implements Environment {
     });
     this.clients.remember(sandbox);
     const handle = { id: sandbox.id, workdir: '/' };
-    if (request.files?.length) await this.files.extractAtRoot(handle, packedFiles(request.files));
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
+    const carrier = {
+      where: 'the sandbox',
+      extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      runAsRoot: (at: EnvironmentHandle, script: string) => this.execs.root(at.id, script),
+    };
+    const output = await prepareStart(handle, request, carrier, {
       // The image's WORKDIR (the daemon's own), where an exec starts when the task names none; Daytona starts the
       // daemon of an image without one in the user's home and says so: that is `/` on Docker.
-      'if [ "$DAYTONA_USER_HOME_AS_WORKDIR" = true ]; then echo /; else pwd; fi',
-    ].join(' && ');
-    const made = await this.execs.root(sandbox.id, command);
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the sandbox: ${made.output}`);
-    }
-    handle.workdir = request.workdir ?? (made.output.trim().split('\n').pop() || '/');
+      last: ['if [ "$DAYTONA_USER_HOME_AS_WORKDIR" = true ]; then echo /; else pwd; fi'],
+    });
+    handle.workdir = request.workdir ?? (output.trim().split('\n').pop() || '/');
     // Daytona has no per-sandbox process limit; a size rounded up to whole CPUs and GiB is not the task's exact one.
     return { handle, unenforced: ['pids', ...size.inexact] };
   }

@@ -16,6 +16,7 @@ import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
 import type { DockerEngine } from '../image-builder/engine';
 import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';
+import { Shells } from '../kit/shell';
 import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, KILL_ALL_REFUSED, envList } from '../trial-container';
 import { StepShell } from './shell';
 
@@ -23,8 +24,7 @@ import { StepShell } from './shell';
 const PROCESS_END_WAIT_MS = 5000;
 
 export class DockerExec {
-  /** Shell of each container: bash when its image has it, else sh. */
-  private readonly shells = new Map<string, string>();
+  private readonly shells = new Shells();
   /** The shell kept open for a session's steps, per container. */
   private readonly stepShells = new Map<string, StepShell>();
 
@@ -41,7 +41,7 @@ export class DockerExec {
 
   /** Forgets a container that is going away (its shell, its open step shell). */
   forget(containerId: string): void {
-    this.shells.delete(containerId);
+    this.shells.forget(containerId);
     this.stepShells.get(containerId)?.close();
     this.stepShells.delete(containerId);
   }
@@ -145,16 +145,12 @@ export class DockerExec {
     return { exec, stream: await exec.start({ hijack: true, stdin }) };
   }
 
-  /** bash when the image has it (checked once per container), else sh. */
-  async shellOf(containerId: string): Promise<string> {
-    let shell = this.shells.get(containerId);
-    if (!shell) {
-      // Another worker process started the container (this one restarted since): ask again.
-      const probe = await this.collectExec(containerId, { Cmd: ['/bin/sh', '-c', 'test -x /bin/bash'] });
-      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
-      this.shells.set(containerId, shell);
-    }
-    return shell;
+  /** See Shells; another worker process may have started the container (this one restarted since). */
+  shellOf(containerId: string): Promise<string> {
+    return this.shells.of(
+      containerId,
+      async (probe) => (await this.collectExec(containerId, { Cmd: ['/bin/sh', '-c', probe] })).exitCode
+    );
   }
 
   /**

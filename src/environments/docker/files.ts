@@ -1,11 +1,10 @@
 /** Copies between the host and a trial's container, through the daemon's archive API. */
-import { stat } from 'node:fs/promises';
 import path from 'node:path';
 
 import type Docker from 'dockerode';
 
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { packedAt } from '../archives';
+import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import type { FolderSelection } from '../../contracts/environment';
 import { extractArchive } from '../host-files';
@@ -20,9 +19,8 @@ export class DockerFiles {
    * `mkdir` exec first) and several targets take one transfer.
    */
   async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
-    const isFolder = (await stat(hostPath)).isDirectory();
-    await this.docker.getContainer(handle.id).putArchive(packedAt(hostPath, isFolder, targets), { path: '/' });
+    const { archive } = await packedUpload(hostPath, containerPath);
+    await this.docker.getContainer(handle.id).putArchive(archive, { path: '/' });
   }
 
   /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */

@@ -14,6 +14,7 @@ import { packedFiles } from '../archives';
 import type { StartFile } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import type { DockerEngine } from '../image-builder/engine';
+import { startScript } from '../kit/prepare';
 import type { DockerExec } from './exec';
 
 /** The setup exec's exit code when a bind-mounted start file is not a file in the container. */
@@ -77,18 +78,18 @@ export class StartFiles {
     files: Pick<FilePlacement, 'bound' | 'written'>
   ): Promise<boolean> {
     const bound = files.bound.map(({ containerPath }) => shellQuote(containerPath));
-    const command = [
-      // A bind mount whose source the daemon does not have shows as an empty folder: then the files must be put in.
-      ...(bound.length ? [`for f in ${bound.join(' ')}; do [ -f "$f" ] || exit ${BOUND_FILES_MISSING}; done`] : []),
-      ...files.written.map(({ containerPath }, index) => {
-        const file = shellQuote(containerPath);
-        const folder = shellQuote(path.posix.dirname(containerPath));
-        return `mkdir -p ${folder} && printf '%s' "$ROLLOUT_START_FILE_${index}" > ${file} && chmod 644 ${file}`;
-      }),
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(setup ? [setup] : []),
-      'if [ -x /bin/bash ]; then echo /bin/bash; else echo /bin/sh; fi',
-    ].join(' && ');
+    const command = startScript(setup, {
+      first: [
+        // A bind mount whose source the daemon does not have shows as an empty folder: then the files must be put in.
+        ...(bound.length ? [`for f in ${bound.join(' ')}; do [ -f "$f" ] || exit ${BOUND_FILES_MISSING}; done`] : []),
+        ...files.written.map(({ containerPath }, index) => {
+          const file = shellQuote(containerPath);
+          const folder = shellQuote(path.posix.dirname(containerPath));
+          return `mkdir -p ${folder} && printf '%s' "$ROLLOUT_START_FILE_${index}" > ${file} && chmod 644 ${file}`;
+        }),
+      ],
+      last: ['if [ -x /bin/bash ]; then echo /bin/bash; else echo /bin/sh; fi'],
+    });
     const env = files.written.map(({ text }, index) => `ROLLOUT_START_FILE_${index}=${text}`);
     let result: { exitCode: number | null; stdout: string; stderr: string };
     try {

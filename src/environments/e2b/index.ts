@@ -22,12 +22,13 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
-import { packedFiles } from '../archives';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../../contracts/environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
+import type { StagedTransfer } from '../kit/tar-transfer';
 import { SandboxCommands } from './commands';
-import { SandboxFiles } from './files';
+import { sandboxFiles } from './files';
 import { E2B_KILL_ALL } from './kill-all';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
@@ -54,14 +55,14 @@ export class E2BEnvironment implements Environment {
   private readonly connected = new Map<string, Promise<Sandbox>>();
   private readonly building = new Map<string, Promise<{ image: string; fresh: boolean }>>();
   private readonly commands: SandboxCommands;
-  private readonly files: SandboxFiles;
+  private readonly files: StagedTransfer;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     const sandboxOf = (handle: EnvironmentHandle) => this.sandbox(handle.id);
     this.commands = new SandboxCommands(sandboxOf);
-    this.files = new SandboxFiles(sandboxOf, this.commands);
+    this.files = sandboxFiles(sandboxOf, this.commands);
     this.snapshots = e2bSnapshots(this.quotaWaitMs);
   }
 
@@ -145,15 +146,14 @@ export class E2BEnvironment implements Environment {
     const pwd = await sandbox.commands.run('pwd', { user: 'root' });
     const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
     const started = { id: handle.id, workdir };
-    if (request.files?.length) await this.files.extractAtRoot(started, packedFiles(request.files), 'start files');
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
-    ].join(' && ');
-    const made = await this.commands.exec(started, { command, cwd: '/' });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the sandbox: ${made.stderr}`);
-    }
+    await prepareStart(started, request, {
+      where: 'the sandbox',
+      extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      runAsRoot: async (at, command) => {
+        const { exitCode, stderr } = await this.commands.exec(at, { command, cwd: '/' });
+        return { exitCode, output: stderr };
+      },
+    });
     return { handle: started, unenforced: unenforced(request, settings) };
   }
 

@@ -20,8 +20,8 @@ import type {
   StartResult,
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../../contracts/environment';
-import { packedFiles } from '../archives';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
 import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../image-builder/engine';
 import { RegistryImages } from '../image-builder/registry-images';
@@ -95,17 +95,22 @@ export class FlyEnvironment implements Environment {
     // Rate limits and passing capacity replies are waited on in every call (FlyApi).
     const machine = await api.createMachine(app, { ...(settings.region ? { region: settings.region } : {}), config });
     const id = `${app}/${machine.id}`;
+    const deadline = Date.now() + (request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS);
     try {
-      await this.waitStarted(app, machine.id, request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS, request.signal);
+      await this.waitStarted(app, machine.id, deadline - Date.now(), request.signal);
       const workdir = request.workdir ?? (await this.imageWorkdir({ id, workdir: '/' }));
       const handle = { id, workdir };
-      if (request.files?.length) await this.execs.extractAtRoot(handle, packedFiles(request.files));
-      await this.execs.run(
-        handle,
-        ['mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier', request.setup]
-          .filter(Boolean)
-          .join(' && ')
-      );
+      await prepareStart(handle, request, {
+        where: 'the machine',
+        extractAtRoot: (at, archive) => this.execs.extractAtRoot(at, archive),
+        // Started detached and polled (MachineExec.exec): a setup may take longer than one request may (60 s), and
+        // is bounded by what is left of the start's limit.
+        runAsRoot: async (at, command) => {
+          const timeoutMs = Math.max(1000, deadline - Date.now());
+          const made = await this.execs.exec(at, { command, cwd: '/', timeoutMs, signal: request.signal });
+          return { exitCode: made.exitCode, output: made.timedOut ? `timed out after ${timeoutMs} ms` : made.stderr };
+        },
+      });
       return { handle, unenforced: ['storage', 'pids'], ...(warning ? { warnings: [warning] } : {}) };
     } catch (err) {
       await api.destroy(app, machine.id);

@@ -8,16 +8,15 @@
  * working directory or environment of its own: see commandLine.
  */
 import { randomBytes } from 'node:crypto';
-import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
 
 import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { packedAt } from '../archives';
 import type { ExecRequest, ExecResult } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
+import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
 import { commandLine } from '../trial-container';
@@ -180,9 +179,7 @@ export class MachineExec {
 
   /** A folder's contents land inside each containerPath; a single file lands as containerPath/<its name>. */
   async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
-    const isFolder = (await stat(hostPath)).isDirectory();
-    await this.extractAtRoot(handle, packedAt(hostPath, isFolder, targets));
+    await this.extractAtRoot(handle, (await packedUpload(hostPath, containerPath)).archive);
   }
 
   /**

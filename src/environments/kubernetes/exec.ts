@@ -1,21 +1,16 @@
 /**
- * Commands in a trial's pod through the API's websocket exec, and copies in and out of it (tar over the exec's
- * stdin and stdout). Kubernetes exec has no user, working directory or environment of its own: see exec.
+ * Commands in a trial's pod through the API's websocket exec, Rollout's own scripts fed and read as streams (the
+ * carrier of ./files.ts). Kubernetes exec has no user, working directory or environment of its own: see exec.
  */
-import { stat } from 'node:fs/promises';
-import path from 'node:path';
-import { PassThrough, Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
 import type { Exec, V1Status } from '@kubernetes/client-node';
-import tarFs from 'tar-fs';
 
-import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { ExecRequest, ExecResult } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
-import type { CollectBudget } from '../host-files';
-import { extractArchive } from '../host-files';
+import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
 import type { Cluster, Clusters, PodRef } from './cluster';
 import { PodLostError, apiMessage, isNotFound } from './cluster';
@@ -23,13 +18,13 @@ import { CONTAINER, parseHandleId } from './pod-spec';
 import { podState } from './pod-watch';
 
 export class PodExec {
-  private readonly shells = new Map<string, string>();
+  private readonly shells = new Shells();
 
   constructor(private readonly clusters: Clusters) {}
 
   /** Forgets a pod that is going away. */
   forget(handleId: string): void {
-    this.shells.delete(handleId);
+    this.shells.forget(handleId);
   }
 
   /**
@@ -58,15 +53,9 @@ export class PodExec {
     return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
   }
 
-  /** bash when the image has it (checked once per pod), else sh. */
-  private async shellOf(handle: EnvironmentHandle): Promise<string> {
-    let shell = this.shells.get(handle.id);
-    if (!shell) {
-      const probe = await this.run(handle, ['/bin/sh', '-c', 'test -x /bin/bash']);
-      shell = probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
-      this.shells.set(handle.id, shell);
-    }
-    return shell;
+  /** See Shells. */
+  private shellOf(handle: EnvironmentHandle): Promise<string> {
+    return this.shells.of(handle.id, async (probe) => (await this.run(handle, ['/bin/sh', '-c', probe])).exitCode);
   }
 
   /** Kills every process in the container but PID 1: all that the agent started, daemons included. */
@@ -161,52 +150,15 @@ export class PodExec {
     return new Error(`exec in pod ${ref.namespace}/${ref.name}: ${apiMessage(err)}`, { cause: err });
   }
 
-  /** A folder's contents land inside each containerPath; a single file lands as containerPath/<its name>. */
-  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    const isFolder = (await stat(hostPath)).isDirectory();
-    for (const target of typeof containerPath === 'string' ? [containerPath] : containerPath) {
-      const archive = isFolder
-        ? tarFs.pack(hostPath)
-        : tarFs.pack(path.dirname(hostPath), { entries: [path.basename(hostPath)] });
-      await this.extractAt(handle, archive as unknown as Readable, target);
-    }
-  }
-
-  extractAtRoot(handle: EnvironmentHandle, archive: Readable): Promise<void> {
-    return this.extractAt(handle, archive, '/');
-  }
-
-  /** Extracts a tar, sent over the exec's stdin, into `dir` (made first). */
-  private async extractAt(handle: EnvironmentHandle, archive: Readable, dir: string): Promise<void> {
-    const stderr = new OutputTail();
-    const run = await this.run(
-      handle,
-      ['/bin/sh', '-c', `mkdir -p ${shellQuote(dir)} && tar -xmf - -C ${shellQuote(dir)}`],
-      { stdin: archive, stderr }
-    );
-    if (run.exitCode !== 0) {
-      throw new Error(`upload to ${dir} failed in the pod (exit ${run.exitCode}): ${stderr.text().trim()}`);
-    }
-  }
-
-  /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
-  async download(
+  /** One of Rollout's own scripts under /bin/sh, fed `stdin`, its stdout to `stdout`: the carrier of ./files.ts. */
+  async runScript(
     handle: EnvironmentHandle,
-    containerPath: string,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<void> {
-    const exists = await this.run(handle, ['/bin/sh', '-c', `test -e ${shellQuote(containerPath)}`]);
-    if (exists.exitCode !== 0) return; // nothing there (the agent wrote no logs) is normal
-    const archive = new PassThrough();
+    script: string,
+    io: { stdin?: Readable; stdout?: NodeJS.WritableStream }
+  ): Promise<{ exitCode: number | string | null; stderr: string }> {
     const stderr = new OutputTail();
-    const command = ['tar', '-cf', '-', '-C', path.posix.dirname(containerPath), path.posix.basename(containerPath)];
-    const extracted = extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
-    const run = await this.run(handle, command, { stdout: archive, stderr }).finally(() => archive.end());
-    await extracted;
-    if (run.exitCode !== 0) {
-      throw new Error(`download of ${containerPath} failed in the pod (exit ${run.exitCode}): ${stderr.text().trim()}`);
-    }
+    const run = await this.run(handle, ['/bin/sh', '-c', script], { ...io, stderr });
+    return { exitCode: run.outcome === 'ended' ? run.exitCode : run.outcome, stderr: stderr.text() };
   }
 }
 

@@ -22,6 +22,8 @@ import type {
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
+import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
 import { DockerEngine } from '../image-builder/engine';
@@ -29,9 +31,9 @@ import { KILL_ALL } from '../trial-container';
 import type { PodRef } from './cluster';
 import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
 import { PodExec } from './exec';
+import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
-import { packedFiles } from '../archives';
 
 export { PodLostError } from './cluster';
 
@@ -52,6 +54,7 @@ export class KubernetesEnvironment implements Environment {
   private readonly images: RegistryImages;
   private readonly creations: RateLimiter;
   private readonly execs: PodExec;
+  private readonly files: StreamedTransfer;
 
   constructor(options: EnvironmentOwner & { kubeConfig?: () => KubeConfig; podsPerSecond?: number }) {
     this.owner = { hostId: options.hostId, deployment: options.deployment };
@@ -65,6 +68,7 @@ export class KubernetesEnvironment implements Environment {
     });
     this.clusters = new Clusters(options.kubeConfig);
     this.execs = new PodExec(this.clusters);
+    this.files = podFiles(this.execs);
     this.creations = new RateLimiter(
       options.podsPerSecond ?? (Number(process.env.ROLLOUT_KUBERNETES_PODS_PER_SEC) || DEFAULT_PODS_PER_SECOND)
     );
@@ -117,15 +121,15 @@ export class KubernetesEnvironment implements Environment {
     // The image's WORKDIR, where an exec starts when the task names none (the pod spec keeps the image's).
     const workdir = request.workdir ?? (await this.execs.exec({ id, workdir: '' }, { command: 'pwd' })).stdout.trim();
     const handle = { id, workdir: workdir || '/' };
-    if (request.files?.length) await this.execs.extractAtRoot(handle, packedFiles(request.files));
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...(request.setup ? [request.setup] : []),
-    ].join(' && ');
-    const made = await this.execs.exec(handle, { command });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the pod: ${made.stderr}`);
-    }
+    // As the container's user: Kubernetes exec has no other (root in the images tasks use).
+    await prepareStart(handle, request, {
+      where: 'the pod',
+      extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      runAsRoot: async (at, command) => {
+        const { exitCode, stderr } = await this.execs.exec(at, { command });
+        return { exitCode, output: stderr };
+      },
+    });
     // Kubernetes has no per-pod process limit (a kubelet setting): pids_limit is not enforced. Its exec cannot switch
     // users, so task.toml's [agent]/[verifier] user is not either.
     return { handle, unenforced: ['pids', ...(request.users?.length ? ['user'] : [])] };
@@ -141,11 +145,11 @@ export class KubernetesEnvironment implements Environment {
   }
 
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.execs.upload(handle, hostPath, containerPath);
+    return this.files.upload(handle, hostPath, containerPath);
   }
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.execs.download(handle, containerPath, hostDir, budget);
+    return this.files.download(handle, containerPath, hostDir, budget);
   }
 
   /** A pod cannot be stopped and kept: stopping deletes it at once (its PID 1 only sleeps). */

@@ -1,24 +1,20 @@
 /**
  * Commands in a Modal sandbox through the SDK's exec (Modal's task command router): output streamed back, timeouts
- * and aborts ending in the kill of every process the command left (as for Docker), files in and out as tar over the
- * exec's stdin and stdout, and processes kept open both ways for the gateway relay. Modal's exec has no user of its
+ * and aborts ending in the kill of every process the command left (as for Docker), Rollout's own scripts fed and read
+ * as streams (the carrier of ./files.ts), and processes kept open both ways for the gateway relay. Modal's exec has no user of its
  * own: another user's command goes through su (the sandbox runs as root; see commandLine).
  */
-import { stat } from 'node:fs/promises';
-import path from 'node:path';
 import type { Writable } from 'node:stream';
-import { PassThrough, Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { ContainerProcess, Sandbox } from 'modal';
 
 import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { packedAt } from '../archives';
 import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
-import type { CollectBudget } from '../host-files';
-import { extractArchive } from '../host-files';
+import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
 import type { ModalConnection } from './client';
 import { isGone, sdkMessage } from './client';
@@ -31,12 +27,12 @@ const PROCESS_END_WAIT_MS = 5000;
 type Outcome = { kind: 'ended'; exitCode: number } | { kind: 'timedOut' } | { kind: 'aborted' };
 
 export class SandboxExec {
-  private readonly shells = new Map<string, string>();
+  private readonly shells = new Shells();
 
   constructor(private readonly connection: ModalConnection) {}
 
   forget(id: string): void {
-    this.shells.delete(id);
+    this.shells.forget(id);
   }
 
   async exec(handle: EnvironmentHandle, request: ExecRequest): Promise<ExecResult> {
@@ -61,46 +57,22 @@ export class SandboxExec {
     await this.outcome(handle, process, {});
   }
 
-  /** A folder's contents land inside each container path; a lone file as <path>/<its name>. */
-  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    const targets = typeof containerPath === 'string' ? [containerPath] : containerPath;
-    await this.extractAtRoot(handle, packedAt(hostPath, (await stat(hostPath)).isDirectory(), targets));
-  }
-
-  /** Extracts a tar, sent over the exec's stdin, at the sandbox's root. */
-  async extractAtRoot(handle: EnvironmentHandle, archive: Readable): Promise<void> {
-    const stderr = new OutputTail();
-    const process = await this.start(handle, ['/bin/sh', '-c', 'tar -xmf - -C /']);
-    const [outcome] = await Promise.all([this.outcome(handle, process, { stderr }), writeAll(process, archive)]);
-    if (outcome.kind !== 'ended' || outcome.exitCode !== 0) {
-      const code = outcome.kind === 'ended' ? outcome.exitCode : outcome.kind;
-      throw new Error(`upload failed in the modal sandbox (exit ${code}): ${stderr.text().trim()}`);
-    }
-  }
-
-  /** See extractArchive: the contents of a folder land in hostDir; links and `../` escapes are skipped. */
-  async download(
+  /**
+   * One of Rollout's own scripts under /bin/sh, fed `stdin` (in batches, then closed), its stdout to `stdout`: the
+   * carrier of tar transfers (./files.ts).
+   */
+  async runScript(
     handle: EnvironmentHandle,
-    containerPath: string,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<void> {
-    const name = path.posix.basename(containerPath);
-    const dir = path.posix.dirname(containerPath);
-    // Nothing there (the agent wrote no logs) is normal: an empty archive then.
-    const script = `test -e ${shellQuote(containerPath)} || exit 0; exec tar -cf - -C ${shellQuote(dir)} ${shellQuote(name)}`;
-    const process = await this.start(handle, ['/bin/sh', '-c', script]);
-    const archive = new PassThrough();
+    script: string,
+    io: { stdin?: Readable; stdout?: NodeJS.WritableStream }
+  ): Promise<{ exitCode: number | string; stderr: string }> {
     const stderr = new OutputTail();
-    const extracted = extractArchive(archive, hostDir, budget, name);
-    const outcome = await this.outcome(handle, process, { stdout: archive, stderr }).finally(() => archive.end());
-    await extracted;
-    if (outcome.kind !== 'ended' || outcome.exitCode !== 0) {
-      const code = outcome.kind === 'ended' ? outcome.exitCode : outcome.kind;
-      throw new Error(
-        `download of ${containerPath} failed in the modal sandbox (exit ${code}): ${stderr.text().trim()}`
-      );
-    }
+    const process = await this.start(handle, ['/bin/sh', '-c', script]);
+    const [outcome] = await Promise.all([
+      this.outcome(handle, process, { stdout: io.stdout, stderr }),
+      io.stdin && writeAll(process, io.stdin),
+    ]);
+    return { exitCode: outcome.kind === 'ended' ? outcome.exitCode : outcome.kind, stderr: stderr.text() };
   }
 
   /**
@@ -150,15 +122,12 @@ export class SandboxExec {
     }
   }
 
-  /** bash when the image has it (checked once per sandbox), else sh. */
-  private async shellOf(handle: EnvironmentHandle): Promise<string> {
-    let shell = this.shells.get(handle.id);
-    if (!shell) {
-      const probe = await this.outcome(handle, await this.start(handle, ['/bin/sh', '-c', 'test -x /bin/bash']), {});
-      shell = probe.kind === 'ended' && probe.exitCode === 0 ? '/bin/bash' : '/bin/sh';
-      this.shells.set(handle.id, shell);
-    }
-    return shell;
+  /** See Shells. */
+  private shellOf(handle: EnvironmentHandle): Promise<string> {
+    return this.shells.of(handle.id, async (probe) => {
+      const outcome = await this.outcome(handle, await this.start(handle, ['/bin/sh', '-c', probe]), {});
+      return outcome.kind === 'ended' ? outcome.exitCode : null;
+    });
   }
 
   private async start(
@@ -180,7 +149,7 @@ export class SandboxExec {
   private async outcome(
     handle: EnvironmentHandle,
     process: ContainerProcess<Uint8Array>,
-    sinks: { stdout?: Writable; stderr?: Writable },
+    sinks: { stdout?: NodeJS.WritableStream; stderr?: Writable },
     limits: { timeoutMs?: number; signal?: AbortSignal } = {}
   ): Promise<Outcome> {
     const drained = Promise.all([drain(process.stdout, sinks.stdout), drain(process.stderr, sinks.stderr)]);
@@ -212,7 +181,7 @@ export class SandboxExec {
   }
 }
 
-async function drain(stream: ReadableStream<Uint8Array>, sink: Writable | undefined): Promise<void> {
+async function drain(stream: ReadableStream<Uint8Array>, sink: NodeJS.WritableStream | undefined): Promise<void> {
   const reader = stream.getReader();
   for (let next = await reader.read(); !next.done; next = await reader.read()) sink?.write(next.value);
 }

@@ -4,12 +4,13 @@
  * through the SDK's exec. Sandboxes are reached through Modal's API from any worker with credentials, so handles are
  * not bound to a host; the model gateway is reached through the relay over openProcess (src/gateway/relay/).
  */
+import type { Readable } from 'node:stream';
+
 import type { Sandbox, SandboxCreateParams } from 'modal';
 
 import { shellQuote } from '../../shell';
 import type { PhaseNetwork } from '../../contracts/task-config';
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { packedFiles } from '../archives';
 import type {
   BuildRequest,
   BuildResult,
@@ -25,12 +26,15 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
+import { prepareStart } from '../kit/prepare';
+import type { StreamedTransfer } from '../kit/tar-transfer';
 import { KEEP_ALIVE, KILL_ALL } from '../trial-container';
 import { ModalConnection, isGone, sdkMessage } from './client';
 import { SandboxExec } from './exec';
+import { sandboxFiles } from './files';
 import { ModalImages } from './images';
 import { modalInstallSnapshots } from './snapshots';
 import type { ModalSettings } from './settings';
@@ -51,6 +55,7 @@ export class ModalEnvironment implements Environment {
   private readonly connection: ModalConnection;
   private readonly images: ModalImages;
   private readonly execs: SandboxExec;
+  private readonly files: StreamedTransfer;
   readonly snapshots: InstallSnapshots;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
@@ -58,6 +63,7 @@ export class ModalEnvironment implements Environment {
     this.connection = new ModalConnection(options.quotaWaitMs);
     this.images = new ModalImages(this.connection);
     this.execs = new SandboxExec(this.connection);
+    this.files = sandboxFiles(this.execs);
     this.snapshots = modalInstallSnapshots(this.connection, TAG_IMAGE);
   }
 
@@ -107,19 +113,18 @@ export class ModalEnvironment implements Environment {
     // The image's WORKDIR, where an exec starts when the task names none (the sandbox keeps the image's).
     const workdir = request.workdir ?? (await this.execs.exec({ id, workdir: '' }, { command: 'pwd' })).stdout.trim();
     const handle = { id, workdir: workdir || '/' };
-    if (request.files?.length) await this.execs.extractAtRoot(handle, packedFiles(request.files));
     const users = (request.users ?? []).map(
       (user) => `id -u ${shellQuote(user)} >/dev/null || { echo ${shellQuote(`no user ${user}`)} >&2; exit 1; }`
     );
-    const command = [
-      'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier',
-      ...users,
-      ...(request.setup ? [request.setup] : []),
-    ].join(' && ');
-    const made = await this.execs.exec(handle, { command, cwd: '/' });
-    if (made.exitCode !== 0) {
-      throw new TaskEnvironmentError('EnvironmentStartError', `${command} failed in the modal sandbox: ${made.stderr}`);
-    }
+    const carrier = {
+      where: 'the modal sandbox',
+      extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      runAsRoot: async (at: EnvironmentHandle, command: string) => {
+        const { exitCode, stderr } = await this.execs.exec(at, { command, cwd: '/' });
+        return { exitCode, output: stderr };
+      },
+    };
+    await prepareStart(handle, request, carrier, { checks: users });
     // Modal has no per-sandbox process limit, and its SDK no disk size: pids_limit and storage are not enforced.
     return { handle, unenforced: ['pids', ...(request.resources.storageBytes > 0 ? ['storage'] : [])] };
   }
@@ -137,11 +142,11 @@ export class ModalEnvironment implements Environment {
   }
 
   upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.execs.upload(handle, hostPath, containerPath);
+    return this.files.upload(handle, hostPath, containerPath);
   }
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.execs.download(handle, containerPath, hostDir, budget);
+    return this.files.download(handle, containerPath, hostDir, budget);
   }
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {

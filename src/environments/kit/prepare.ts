@@ -1,0 +1,53 @@
+/**
+ * What every provider does once a trial's sandbox runs, before any step: the start files at the root, then one script
+ * as root that makes the logs folders and runs the caller's setup. A failure is the task's environment failing to
+ * start (EnvironmentStartError), never the agent's.
+ */
+import type { Readable } from 'node:stream';
+
+import type { EnvironmentHandle } from '../../contracts/trial';
+import { packedFiles } from '../archives';
+import type { StartRequest } from '../../contracts/environment';
+import { TaskEnvironmentError } from '../../contracts/environment';
+
+/** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
+export const LOGS_FOLDERS = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';
+
+/** The start script: `first`, the logs folders, `checks`, the caller's setup, `last`; each only if the one before passed. */
+export function startScript(
+  setup: string | undefined,
+  parts: { first?: readonly string[]; checks?: readonly string[]; last?: readonly string[] } = {}
+): string {
+  return [
+    ...(parts.first ?? []),
+    LOGS_FOLDERS,
+    ...(parts.checks ?? []),
+    ...(setup ? [setup] : []),
+    ...(parts.last ?? []),
+  ].join(' && ');
+}
+
+/** How a provider puts files in and runs its scripts as root. */
+export interface StartCarrier {
+  /** Named in errors ("the sandbox", "the pod"). */
+  readonly where: string;
+  extractAtRoot(handle: EnvironmentHandle, archive: Readable): Promise<void>;
+  /** The script as root: its exit status and output (stderr, or combined where the vendor combines). */
+  runAsRoot(handle: EnvironmentHandle, script: string): Promise<{ exitCode: number | null; output: string }>;
+}
+
+/** The start files, then the start script (see startScript); gives the script's output. */
+export async function prepareStart(
+  handle: EnvironmentHandle,
+  request: Pick<StartRequest, 'files' | 'setup'>,
+  carrier: StartCarrier,
+  parts?: { checks?: readonly string[]; last?: readonly string[] }
+): Promise<string> {
+  if (request.files?.length) await carrier.extractAtRoot(handle, packedFiles(request.files));
+  const script = startScript(request.setup, parts);
+  const made = await carrier.runAsRoot(handle, script);
+  if (made.exitCode !== 0) {
+    throw new TaskEnvironmentError('EnvironmentStartError', `${script} failed in ${carrier.where}: ${made.output}`);
+  }
+  return made.output;
+}

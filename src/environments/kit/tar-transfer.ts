@@ -1,0 +1,159 @@
+/**
+ * Files in and out of a sandbox by tar over any exec, for the providers whose vendor has no archive API (Docker's
+ * has): one archive each way however many files, unpacked or packed by `tar` in the sandbox (modes kept), and on the
+ * host by the same code as Docker's copies (extractArchive: links and `../` escapes skipped). Two carriers: a file
+ * staged in the sandbox through the vendor's file API (Daytona, E2B), or the exec's own stdin and stdout (Modal,
+ * Kubernetes). Fly's carrier is its own (pieces within its 60 s requests); it packs uploads here too.
+ */
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
+
+import { shellQuote } from '../../shell';
+import type { EnvironmentHandle } from '../../contracts/trial';
+import { packedUpload } from '../archives';
+import type { CollectBudget } from '../host-files';
+import { extractArchive } from '../host-files';
+
+/** The pack scripts' exit status when nothing is at the path: normal (the agent wrote no logs), nothing to fetch. */
+const NOTHING_THERE = 3;
+
+/** A file name in the sandbox's /tmp for an archive on its way. */
+function scratchArchive(): string {
+  return `/tmp/.rollout-${randomBytes(8).toString('hex')}.tar`;
+}
+
+/** Extracts `file` (of the sandbox; else stdin) at the root, its folders `dirs` made first (empty uploads). */
+function extractScript(dirs: readonly string[], file?: string): string {
+  const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
+  return file ? `${made}tar -xmf ${file} -C / ; s=$?; rm -f ${file}; exit $s` : `${made}tar -xmf - -C /`;
+}
+
+/** Packs containerPath (its own name in the archive) into `file`, else to stdout; NOTHING_THERE when absent. */
+function packScript(containerPath: string, file?: string): string {
+  const dir = shellQuote(path.posix.dirname(containerPath));
+  const name = shellQuote(path.posix.basename(containerPath));
+  return (
+    `test -e ${shellQuote(containerPath)} || exit ${NOTHING_THERE}; ` +
+    (file ? `tar -cf ${file} -C ${dir} ${name}` : `exec tar -cf - -C ${dir} ${name}`)
+  );
+}
+
+function uploadFailed(where: string, dirs: readonly string[], exit: number | string | null, output: string): Error {
+  return new Error(`upload to ${dirs.join(', ') || '/'} failed in ${where} (exit ${exit}): ${output.trim()}`);
+}
+
+function downloadFailed(where: string, containerPath: string, exit: number | string | null, output: string): Error {
+  return new Error(`download of ${containerPath} failed in ${where} (exit ${exit}): ${output.trim()}`);
+}
+
+/** A sandbox whose vendor moves whole files: Rollout's short scripts as root, and a file written or read. */
+export interface StagedCarrier {
+  /** Named in errors ("sandbox <id>"). */
+  readonly where: string;
+  /** One of Rollout's short scripts, as root: its exit status and (combined or error) output. */
+  run(script: string): Promise<{ exitCode: number | null; output: string }>;
+  put(file: string, archive: Readable): Promise<void>;
+  get(file: string): Promise<NodeJS.ReadableStream>;
+}
+
+/** A sandbox whose exec streams: a script under /bin/sh as root, fed `stdin` (then closed), its stdout to `stdout`. */
+export interface StreamedCarrier {
+  readonly where: string;
+  run(
+    script: string,
+    io: { stdin?: Readable; stdout?: NodeJS.WritableStream }
+  ): Promise<{ exitCode: number | string | null; stderr: string }>;
+}
+
+/** Upload, extraction at the root and download for one carrier kind; the provider says how to reach a handle's. */
+abstract class TarTransfer {
+  async upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
+    const { archive, targets } = await packedUpload(hostPath, containerPath);
+    await this.extractAtRoot(handle, archive, targets);
+  }
+
+  abstract extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs?: readonly string[]): Promise<void>;
+  abstract download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void>;
+}
+
+/** The archive staged as a file of the sandbox (removed after), moved by the vendor's file API. */
+export class StagedTransfer extends TarTransfer {
+  constructor(private readonly carrier: (handle: EnvironmentHandle) => Promise<StagedCarrier> | StagedCarrier) {
+    super();
+  }
+
+  async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
+    const carrier = await this.carrier(handle);
+    const file = scratchArchive();
+    await carrier.put(file, archive);
+    const { exitCode, output } = await carrier.run(extractScript(dirs, file));
+    if (exitCode !== 0) throw uploadFailed(carrier.where, dirs, exitCode, output);
+  }
+
+  /** See extractArchive: the contents of a folder land in hostDir. */
+  async download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void> {
+    const carrier = await this.carrier(handle);
+    const file = scratchArchive();
+    const packed = await carrier.run(packScript(containerPath, file));
+    if (packed.exitCode === NOTHING_THERE) return;
+    try {
+      if (packed.exitCode !== 0) throw downloadFailed(carrier.where, containerPath, packed.exitCode, packed.output);
+      await extractArchive(await carrier.get(file), hostDir, budget, path.posix.basename(containerPath));
+    } finally {
+      await carrier.run(`rm -f ${file}`);
+    }
+  }
+}
+
+/** The archive over the exec's stdin or stdout, nothing staged in the sandbox. */
+export class StreamedTransfer extends TarTransfer {
+  constructor(private readonly carrier: (handle: EnvironmentHandle) => StreamedCarrier) {
+    super();
+  }
+
+  async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
+    const carrier = this.carrier(handle);
+    const { exitCode, stderr } = await carrier.run(extractScript(dirs), { stdin: archive });
+    if (exitCode !== 0) throw uploadFailed(carrier.where, dirs, exitCode, stderr);
+  }
+
+  /** See extractArchive: the contents of a folder land in hostDir; nothing there leaves hostDir unmade. */
+  async download(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<void> {
+    const carrier = this.carrier(handle);
+    const archive = new PassThrough();
+    let extracted: Promise<unknown> | undefined;
+    // Extraction starts with the archive's first bytes: a path with nothing there sends none, and makes no hostDir.
+    const stdout = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        if (!extracted) {
+          extracted = extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
+          // Awaited below, once the exec has ended; until then a failure must not count as unhandled.
+          extracted.catch(() => undefined);
+        }
+        archive.write(chunk);
+        done();
+      },
+    });
+    const run = await carrier.run(packScript(containerPath), { stdout }).finally(() => archive.end());
+    await extracted;
+    if (run.exitCode === NOTHING_THERE || run.exitCode === 0) return;
+    throw downloadFailed(carrier.where, containerPath, run.exitCode, run.stderr);
+  }
+}
