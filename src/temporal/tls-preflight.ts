@@ -91,7 +91,7 @@ function refusal(
   if (/CERT|SELF_SIGNED|UNABLE_TO_(GET_ISSUER|VERIFY)/.test(code) && tls.serverRootCACertificate)
     return `${at}: its TLS certificate is not signed by the CA of ${where('tls.server_ca_cert')} (${code})`;
   if (/WRONG_VERSION_NUMBER|PACKET_LENGTH_TOO_LONG/.test(code))
-    return `${at} does not speak TLS (${where('tls')}): ${firstLine(error)}`;
+    return `Temporal unreachable at ${address} (${where('address')}, TLS): the server does not speak TLS`;
   if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH')
     return `Temporal unreachable at ${address} (${where('address')}): ${code}`;
   return null;
@@ -102,8 +102,4 @@ function alertName(code: string): string {
     .replace(/^ERR_SSL_(TLSV1\d?_)?ALERT_/, '')
     .toLowerCase()
     .replace(/_/g, ' ');
-}
-
-function firstLine(err: Error): string {
-  return err.message.split('\n')[0]!;
 }
