@@ -6,6 +6,7 @@
  * test:cluster`): one server start per mode, then back to the plain server the other cluster tests use.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -80,8 +81,81 @@ describe('Temporal with mTLS (temporal-cluster.sh up --tls)', { skip: !onCluster
     assert.equal(run.code, 3, run.stderr);
     const lines = rolloutLines(run.stderr);
     assert.equal(lines.length, 1, run.stderr);
-    assert.match(lines[0]!, /TEMPORAL_ADDRESS.*TLS without a client certificate/);
+    // The TLS preflight names the missing setting (not the SDK's "Failed to connect before the deadline").
+    assert.match(
+      lines[0]!,
+      /requires a client certificate: set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH/
+    );
     assert.ok(lines[0]!.includes(env.TEMPORAL_ADDRESS!), lines[0]);
+    assert.doesNotMatch(run.stderr, /deadline/);
+  });
+
+  it('refuses a client certificate another CA signed: one line naming TEMPORAL_TLS_CLIENT_CERT_PATH, exit 3', async () => {
+    const dir = await examplesJob(`${jobName}-othercert`);
+    const ca = spawnSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=intruder',
+        '-keyout',
+        'other.key',
+        '-out',
+        'other.crt',
+      ],
+      { cwd: dir, encoding: 'utf8' }
+    );
+    assert.equal(ca.status, 0, ca.stderr);
+    const run = await runCli(['examples/job.yaml'], {
+      cwd: dir,
+      env: {
+        ...env,
+        TEMPORAL_TLS_CLIENT_CERT_PATH: path.join(dir, 'other.crt'),
+        TEMPORAL_TLS_CLIENT_KEY_PATH: path.join(dir, 'other.key'),
+      },
+    });
+    assert.equal(run.code, 3, run.stderr);
+    const lines = rolloutLines(run.stderr);
+    assert.equal(lines.length, 1, run.stderr);
+    assert.match(lines[0]!, /refused the client certificate of TEMPORAL_TLS_CLIENT_CERT_PATH \(unknown ca\)/);
+  });
+
+  it('refuses a server certificate the configured CA did not sign: one line naming the CA setting, exit 3', async () => {
+    const dir = await examplesJob(`${jobName}-otherca`);
+    const ca = spawnSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=other-ca',
+        '-keyout',
+        'ca.key',
+        '-out',
+        'ca.crt',
+      ],
+      { cwd: dir, encoding: 'utf8' }
+    );
+    assert.equal(ca.status, 0, ca.stderr);
+    const run = await runCli(['examples/job.yaml'], {
+      cwd: dir,
+      env: { ...env, TEMPORAL_TLS_SERVER_CA_CERT_PATH: path.join(dir, 'ca.crt') },
+    });
+    assert.equal(run.code, 3, run.stderr);
+    const lines = rolloutLines(run.stderr);
+    assert.equal(lines.length, 1, run.stderr);
+    assert.match(lines[0]!, /TLS certificate is not signed by the CA of TEMPORAL_TLS_SERVER_CA_CERT_PATH/);
   });
 });
 
