@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { homedir } from 'node:os';
 import path from 'node:path';
 
-import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
+import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { ifPresent } from '../files/absent';
 
 /**
