@@ -20,9 +20,10 @@ import type {
   StartRequest,
   StartResult,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import { removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
@@ -171,18 +172,26 @@ export class KubernetesEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
+  removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
     const settings = given && requireSettings(given);
-    const selector = [
-      `${LABEL_DEPLOYMENT}=${this.owner.deployment}`,
-      `${LABEL_TRIAL}=${labelHash(trialId)}`,
-      ...(role ? [`${LABEL_ROLE}=${role}`] : []),
-    ].join(',');
-    const pods = settings
-      ? await this.podsIn(settings.context, [settings.namespace], selector)
-      : await this.ownedPods(selector);
-    for (const pod of pods) await this.remove({ id: handleId(pod), workdir: '/' });
-    return pods.length;
+    return removeTrialSandboxes(
+      {
+        // The trial's label is a hash of its id (a label value holds 63 characters at most).
+        list: async (labels) => {
+          const selector = Object.entries(labels)
+            .map(([label, value]) => `${label}=${label === LABEL_TRIAL ? labelHash(value) : value}`)
+            .join(',');
+          const pods = settings
+            ? await this.podsIn(settings.context, [settings.namespace], selector)
+            : await this.ownedPods(selector);
+          return pods.map((pod) => ({ id: handleId(pod), labels: null }));
+        },
+        remove: (id) => this.remove({ id, workdir: '/' }),
+      },
+      this.owner,
+      trialId,
+      role
+    );
   }
 
   /** Every pod of this deployment, in any namespace of the current context and of contexts this process used. */
