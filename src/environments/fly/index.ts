@@ -25,7 +25,7 @@ import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import { ImageBuilder } from '../image-builder/builder';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from '../docker/engine';
 import { RegistryImages } from '../image-builder/registry-images';
 import type { FlyMachineConfig } from './api';
 import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';

@@ -27,7 +27,7 @@ import { removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from '../docker/engine';
 import { KILL_ALL } from '../trial-container';
 import type { PodRef } from './cluster';
 import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
