@@ -1,5 +1,5 @@
 /**
- * Trials as Fly Machines (https://fly.io/docs/machines/), through the Machines REST API (./api.ts) with the worker's
+ * Trials as Fly Machines (https://fly.io/docs/machines/), through the Machines REST API (./client.ts) with the worker's
  * FLY_API_TOKEN. A machine is created per trial from the task's image (built here and pushed to Fly's registry, or a
  * docker_image as is), labelled with Rollout's metadata, and destroyed by Fly itself once its keep-alive ends: the
  * trial's whole budget, so a machine whose worker died cannot run for long. Any worker with the token reaches it.
@@ -27,10 +27,10 @@ import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../docker/engine';
 import { RegistryImages } from '../image-builder/registry-images';
-import type { FlyMachineConfig } from './api';
-import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
+import type { FlyMachineConfig } from './client';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './client';
 import { flyGuestSize } from './guest';
-import { FLY_KILL_ALL, MachineExec, machineRef } from './machine-exec';
+import { FLY_KILL_ALL, MachineExec, machineRef } from './exec';
 import type { FlySettings } from './settings';
 import { FlySettingsSchema, flyApp, flyRegistry } from './settings';
 

@@ -29,14 +29,14 @@ import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
 import { DockerEngine } from '../docker/engine';
 import { KILL_ALL } from '../trial-container';
-import type { PodRef } from './cluster';
-import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
+import type { PodRef } from './client';
+import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './client';
 import { PodExec } from './exec';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
 
-export { PodLostError } from './cluster';
+export { PodLostError } from './client';
 
 /** Pod creations per second, per worker process: a cluster's API server is shared by everyone. */
 const DEFAULT_PODS_PER_SECOND = 5;

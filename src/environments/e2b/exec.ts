@@ -3,8 +3,8 @@ import type { EnvironmentHandle } from '../../contracts/trial';
 import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { E2B_KILL_ALL } from './kill-all';
-import type { CommandHandle, Sandbox } from './sdk';
-import { sdk } from './sdk';
+import type { CommandHandle, Sandbox } from './client';
+import { sdk } from './client';
 
 export class SandboxCommands {
   constructor(private readonly sandboxOf: (handle: EnvironmentHandle) => Promise<Sandbox>) {}
