@@ -4,6 +4,7 @@
  * image, run the solution, run the tests, delete it) through its unmodified SDK (Fly: its Machines REST API), with
  * nothing of Rollout's around them:
  * - latency: one trial at a time; Rollout's added time per trial = its median trial time − the floor's;
+ * - API calls per trial: what the stand-in answered for each side's latency trials (the job's own calls included);
  * - throughput at 64 concurrent: `trials` trials (default 128) each way, trials per second.
  * Rollout runs the oracle through the CLI (its own dev server, started by an untimed warm-up job). The stand-in's own
  * cost is in both sides alike. `--latency <ms>` delays every API call of both sides (test/support/latency-proxy.ts), as
@@ -145,17 +146,25 @@ export async function cloudBenchmark(args: string[]): Promise<void> {
     await floor();
 
     const load = () => loadavg()[0]!.toFixed(2);
+    const callsBefore = standIn.requests();
     const rolloutLatency = await job('latency', LATENCY_TRIALS, 1);
+    const rolloutCalls = (standIn.requests() - callsBefore) / LATENCY_TRIALS;
     const floorLatency: number[] = [];
+    const floorBefore = standIn.requests();
     for (let i = 0; i < LATENCY_TRIALS; i++) {
       const started = Date.now();
       await floor();
       floorLatency.push((Date.now() - started) / 1000);
     }
+    const floorCalls = (standIn.requests() - floorBefore) / LATENCY_TRIALS;
     const added = median(rolloutLatency.trials) - median(floorLatency);
     console.log(
       `latency (1 at a time, ${LATENCY_TRIALS} trials, load ${load()}): rollout median ${median(rolloutLatency.trials).toFixed(2)} s, ` +
         `floor median ${median(floorLatency).toFixed(2)} s: Rollout adds ${added.toFixed(2)} s per trial`
+    );
+    // The job's own calls (its image check, the janitor's listing) are spread over its trials.
+    console.log(
+      `API calls per trial: rollout ${rolloutCalls.toFixed(1)}, floor ${floorCalls.toFixed(1)}: ratio ${(rolloutCalls / floorCalls).toFixed(2)}`
     );
 
     const rolloutThroughput = await job('throughput', trials, CONCURRENCY);

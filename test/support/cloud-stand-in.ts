@@ -27,6 +27,11 @@ export interface CloudStandIn {
   retireImages?(how: 'inactive' | 'deleted'): Promise<void>;
   /** From now on, image builds meet a quota that waiting does not clear (Daytona's snapshot quota); false ends it. */
   lastingQuota?(on: boolean): void;
+  /**
+   * API calls it has answered so far, of every kind (HTTP requests; gRPC calls on Modal's): the benchmark's calls per
+   * trial, Rollout's against the floor's.
+   */
+  requests(): number;
   /** The ids of the sandboxes it holds now (each a Docker container of its own). */
   sandboxes(): Promise<string[]>;
   /** Removes every sandbox (container) and image it made, and stops listening. */

@@ -41,6 +41,7 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
   });
   const faults = new StandInFaults();
   const authorized = (header: string | undefined) => header === `Bearer ${apiKey}`;
+  let requests = 0;
   const server = createServer((request, response) => {
     const url = new URL(request.url ?? '/', 'http://stand-in');
     const serve = async () => {
@@ -63,6 +64,8 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
       else response.destroy(err);
     });
   });
+  // A toolbox WebSocket is one call too, however many frames it then carries.
+  server.on('request', () => (requests += 1)).on('upgrade', () => (requests += 1));
   server.on('upgrade', (request, socket, head) => {
     const url = new URL(request.url ?? '/', 'http://stand-in');
     if (!authorized(request.headers.authorization) || !url.pathname.startsWith('/toolbox/')) {
@@ -76,6 +79,7 @@ export async function startDaytonaStandIn(): Promise<DaytonaStandIn> {
 
   return {
     vendor: 'daytona',
+    requests: () => requests,
     env: {
       DAYTONA_API_KEY: apiKey,
       DAYTONA_API_URL: `${baseUrl}/api`,

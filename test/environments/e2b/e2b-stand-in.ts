@@ -53,16 +53,19 @@ export async function startE2BStandIn(): Promise<E2BStandIn> {
     if (!sandbox) return sendApiError(res, 502, `The sandbox ${sandboxId} was not found`);
     return serveEnvd(sandbox, req, res);
   };
+  let requests = 0;
   const server = createServer((req, res) => {
     handle(req, res).catch((err: Error) => {
       if (!res.headersSent) sendApiError(res, 500, err.message);
       else res.destroy(err);
     });
   });
+  server.on('request', () => (requests += 1));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   state.baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     vendor: 'e2b',
+    requests: () => requests,
     env: { E2B_API_KEY: state.apiKey, E2B_API_URL: state.baseUrl, E2B_SANDBOX_URL: state.baseUrl },
     failNextCreates(count) {
       state.failCreates = count;

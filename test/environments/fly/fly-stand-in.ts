@@ -283,6 +283,7 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
     return error(404, 'not found');
   }
 
+  let requests = 0;
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     let bodyBytes = 0;
@@ -314,11 +315,13 @@ export async function startFlyStandIn(): Promise<CloudStandIn & { app: string; r
       );
     });
   });
+  server.on('request', () => (requests += 1));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
 
   return {
     vendor: 'fly',
+    requests: () => requests,
     app: APP,
     registry: registry.address,
     env: {

@@ -188,6 +188,12 @@ export class ModalStandIn implements CloudStandIn {
     return record.result ? { taskResult: record.result } : { taskId: record.taskId };
   }
 
+  requests(): number {
+    let total = 0;
+    for (const calls of this.calls.values()) total += calls;
+    return total;
+  }
+
   private count(method: string): void {
     this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
   }
