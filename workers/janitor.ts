@@ -4,13 +4,15 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import type { Environment, HeldEnvironment } from '../src/contracts/environment';
 import type { EnvironmentType } from '../src/contracts/job-config';
 import { hostQueue } from '../src/contracts/queues';
+import { log } from '../src/log';
 import { trialStateQuery } from '../workflows/messages';
 
 const QUERY_TIMEOUT_MS = 10_000;
 
 /**
  * Removes what this host holds, for this deployment only, that no trial needs any more: environments of trials that
- * are no longer running (their worker crashed before cleanup, or the trial was terminated) and, with
+ * are no longer running (their worker crashed before cleanup, the trial was terminated, or its job is gone: on a
+ * backend other hosts share, theirs too) and, with
  * `checkRunningTrials`, those of running trials that restarted on another worker (this host was lost for a while, and
  * the trial moved on). Environments a running trial may still use are left to it: its next attempt replaces them.
  */
@@ -20,12 +22,16 @@ export async function removeAbandonedEnvironments(
   options: { type: EnvironmentType; checkRunningTrials: boolean }
 ): Promise<number> {
   let removed = 0;
-  for (const held of await environment.heldEnvironments()) {
+  const all = await environment.heldEnvironments();
+  for (const held of all) {
     if (await isAbandoned(client, held, options)) {
       await environment.remove({ id: held.id, workdir: '/' });
       removed += 1;
     }
   }
+  const pass = `janitor (${options.type}): ${all.length} environment(s) held, ${removed} of ended trials removed`;
+  if (removed > 0) log.info(pass);
+  else log.debug(pass);
   return removed;
 }
 
@@ -43,7 +49,8 @@ async function isAbandoned(
     }
   );
   if (status !== 'RUNNING') return true;
-  if (!options.checkRunningTrials || held.workerId === null) return false;
+  // Another host's, of a trial still running: that host, or the trial's cleanup, looks after it.
+  if (held.elsewhere || !options.checkRunningTrials || held.workerId === null) return false;
   // Only a trial that answers can say where it runs now; one that does not (no workflow worker yet) keeps its own.
   const state = await Promise.race([
     handle.query(trialStateQuery).catch(() => undefined),

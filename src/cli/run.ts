@@ -29,7 +29,7 @@ import { startServices } from '../job/services';
 import { jobInput, saveJobFolder, startJobWorkflow } from '../api/submit';
 import { jobFiles } from '../results/files';
 import { checkStore } from '../storage/check';
-import { jobStore, readJobJson } from '../storage/job-folder';
+import { jobStore, readJobJson, readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl } from '../storage/location';
 import { packLocalTasks } from '../storage/task-archives';
 import { workingJobDir } from '../storage/working-dir';
@@ -89,7 +89,10 @@ export async function resumeJob(
       { file, message: `no job "${nameOrDir}" here (give its name with --jobs-dir, or its folder)` },
     ]);
   }
-  return runJob(withBudget(await loadJobFile(file)), file, options);
+  // Verified before it is run and signed again: a config.json changed in the folder, or copied from another job's, is
+  // refused (exit 2), never re-signed as the operator's. The job is the content verified, not a second read.
+  const verified = await readVerifiedJobConfig<Record<string, unknown>>(dir);
+  return runJob(withBudget(await loadJobFile(file, () => verified ?? {})), file, options);
 }
 
 /**
@@ -116,7 +119,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   }
   const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });
   if (isStoreUrl(job.jobs_dir)) {
-    const { packed, sent } = await packLocalTasks(plan, job.jobs_dir);
+    const { packed, sent } = await packLocalTasks(plan.trials, job.jobs_dir);
     if (packed > 0)
       log.info(`${packed} local task(s) packed into ${job.jobs_dir} (${sent} sent, the rest already there)`);
   }

@@ -12,7 +12,7 @@ import type { ResolvedJob } from '../job/load';
 import { loadJobFile } from '../job/load';
 import { jobDirOf } from '../job/plan';
 import { checkStore } from '../storage/check';
-import { jobStore, localJobFile } from '../storage/job-folder';
+import { jobStore, localJobFile, readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl, parseS3Url } from '../storage/location';
 import type { CopySelection } from '../storage/sync';
 import { pullFromStore, pushToStore } from '../storage/sync';
@@ -33,10 +33,12 @@ export async function loadStoredJob(nameOrUrl: string, jobsDir: string): Promise
   const url = storedJobUrl(nameOrUrl, jobsDir);
   parsedUrl(url);
   await checkStore(await jobStore(url), 'read');
-  if ((await (await jobStore(url)).read('config.json')) === undefined) {
+  // Verified before it is run and signed again (as a local job's, src/cli/run.ts).
+  const verified = await readVerifiedJobConfig<Record<string, unknown>>(url);
+  if (verified === undefined) {
     throw new InputError([{ file: joinStoreUrl(url, 'config.json'), message: `no job "${nameOrUrl}" there` }]);
   }
-  return loadJobFile(await localJobFile(url, 'config.json'));
+  return loadJobFile(await localJobFile(url, 'config.json'), () => verified);
 }
 
 /**

@@ -63,6 +63,11 @@ export interface HeldEnvironment {
   id: string;
   trialId: string;
   workerId: string | null;
+  /**
+   * Made under another host id of this deployment (a Docker daemon several hosts share, one of them gone for good):
+   * the janitor removes it only once its trial no longer runs.
+   */
+  elsewhere?: boolean;
 }
 
 /** The instruction as a file in every environment: $ROLLOUT_TASK_INSTRUCTION_FILE (local maps the folder). */
@@ -291,7 +296,10 @@ export interface Environment {
   remove(handle: EnvironmentHandle): Promise<void>;
   /** Removes everything this host and deployment still hold for a trial (by label); returns how many were removed. */
   removeTrial(trialId: string, settings?: ProviderSettings): Promise<number>;
-  /** What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts. */
+  /**
+   * What this host and deployment still hold (by label), so a janitor can clean up after crashes and lost hosts; on a
+   * backend several hosts share, other hosts' too (marked `elsewhere`).
+   */
   heldEnvironments(): Promise<HeldEnvironment[]>;
   /**
    * Releases a job's reference to an image (a `built` build result); the image (and its install snapshots) goes with

@@ -17,20 +17,14 @@ import { InputError, formatProblem } from '../contracts/errors';
 import { MAX_TIMER_SEC } from '../contracts/job-config';
 import { overrideCapProblems } from '../task/caps';
 import type { TaskResources } from '../contracts/task-config';
-import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
-import { readJobJson } from '../storage/job-folder';
+import type { MultiStepSpec, PlannedTrial, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
+import { readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
 import { loadJobDatasets } from './datasets';
 import type { ResolvedJob } from './load';
 import type { AgentConfig } from '../contracts/job-config';
 import { providerKeys } from '../contracts/job-config';
 import { DEFAULT_RETRY_POLICY } from '../trial/retry';
-
-/** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
-export interface PlannedTrial {
-  spec: TrialSpec;
-  envLast: boolean;
-}
 
 export interface JobPlan {
   /** The job with its registry datasets pinned to full commits: what config.json keeps. */
@@ -70,8 +64,9 @@ export async function planJob(job: ResolvedJob, options: { hostLostTimeoutSec?: 
   if (overCaps.length > 0) throw new InputError(overCaps);
   const loaded = await loadJobDatasets(job, {
     requirement: environmentRequirement(job.environment),
-    // An earlier run of this job pinned its registry tasks: keep those commits.
-    previous: await readJobJson<ResolvedJob>(jobDirOf(job), 'config.json'),
+    // An earlier run of this job pinned its registry tasks: keep those commits, as signed (a pin changed in the folder
+    // is refused, never signed again as the operator's).
+    previous: await readVerifiedJobConfig<ResolvedJob>(jobDirOf(job)),
   });
   const datasets = loaded.datasets;
 

@@ -6,7 +6,8 @@ import { devServerConfig, ensureDevServer } from './dev-server';
 import type { ProfileSetting, TemporalConnectionOptions } from './envconfig';
 import { loadTemporalProfile, TemporalConfigError } from './envconfig';
 import { rolloutDataConverter } from './payload-codec';
-import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
+import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
+import { tlsPreflight } from './tls-preflight';
 
 /**
  * Where Rollout talks to Temporal: the server Temporal's environment configuration names (TEMPORAL_ADDRESS, a
@@ -50,6 +51,8 @@ export async function resolveTemporal(options: { startDevServer: boolean }): Pro
  */
 export async function connectClient(endpoint: TemporalEndpoint): Promise<{ connection: Connection; client: Client }> {
   const where = endpoint.where ?? ((setting: ProfileSetting) => `TEMPORAL_${setting.toUpperCase()}`);
+  const tls = endpoint.connection?.tls;
+  if (tls) await tlsPreflight(endpoint.address, tls, where);
   let connection: Connection;
   try {
     connection = await Connection.connect({

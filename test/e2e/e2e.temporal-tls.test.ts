@@ -6,6 +6,7 @@
  * test:cluster`): one server start per mode, then back to the plain server the other cluster tests use.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -37,6 +38,13 @@ async function examplesJob(name: string): Promise<string> {
   const job = parse(await readFile(file, 'utf8')) as Record<string, unknown>;
   await writeFile(file, stringify({ ...job, name }));
   return dir;
+}
+
+/** A self-signed certificate and its key in dir, made by openssl: a CA or a client this server never trusted. */
+function selfSignedCertificate(dir: string, commonName: string, keyFile: string, certFile: string): void {
+  const args = ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', `/CN=${commonName}`];
+  const made = spawnSync('openssl', [...args, '-keyout', keyFile, '-out', certFile], { cwd: dir, encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
 }
 
 /** stderr without Node's own warnings (not Rollout's output). */
@@ -80,8 +88,43 @@ describe('Temporal with mTLS (temporal-cluster.sh up --tls)', { skip: !onCluster
     assert.equal(run.code, 3, run.stderr);
     const lines = rolloutLines(run.stderr);
     assert.equal(lines.length, 1, run.stderr);
-    assert.match(lines[0]!, /TEMPORAL_ADDRESS.*TLS without a client certificate/);
+    // The TLS preflight names the missing setting (not the SDK's "Failed to connect before the deadline").
+    assert.match(
+      lines[0]!,
+      /requires a client certificate: set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH/
+    );
     assert.ok(lines[0]!.includes(env.TEMPORAL_ADDRESS!), lines[0]);
+    assert.doesNotMatch(run.stderr, /deadline/);
+  });
+
+  it('refuses a client certificate another CA signed: one line naming TEMPORAL_TLS_CLIENT_CERT_PATH, exit 3', async () => {
+    const dir = await examplesJob(`${jobName}-othercert`);
+    selfSignedCertificate(dir, 'intruder', 'other.key', 'other.crt');
+    const run = await runCli(['examples/job.yaml'], {
+      cwd: dir,
+      env: {
+        ...env,
+        TEMPORAL_TLS_CLIENT_CERT_PATH: path.join(dir, 'other.crt'),
+        TEMPORAL_TLS_CLIENT_KEY_PATH: path.join(dir, 'other.key'),
+      },
+    });
+    assert.equal(run.code, 3, run.stderr);
+    const lines = rolloutLines(run.stderr);
+    assert.equal(lines.length, 1, run.stderr);
+    assert.match(lines[0]!, /refused the client certificate of TEMPORAL_TLS_CLIENT_CERT_PATH \(unknown ca\)/);
+  });
+
+  it('refuses a server certificate the configured CA did not sign: one line naming the CA setting, exit 3', async () => {
+    const dir = await examplesJob(`${jobName}-otherca`);
+    selfSignedCertificate(dir, 'other-ca', 'ca.key', 'ca.crt');
+    const run = await runCli(['examples/job.yaml'], {
+      cwd: dir,
+      env: { ...env, TEMPORAL_TLS_SERVER_CA_CERT_PATH: path.join(dir, 'ca.crt') },
+    });
+    assert.equal(run.code, 3, run.stderr);
+    const lines = rolloutLines(run.stderr);
+    assert.equal(lines.length, 1, run.stderr);
+    assert.match(lines[0]!, /TLS certificate is not signed by the CA of TEMPORAL_TLS_SERVER_CA_CERT_PATH/);
   });
 });
 

@@ -87,10 +87,11 @@ describe('a job cancelled, or left without its CLI', () => {
     );
     for (const key of [...Object.keys(job), ...trialKeys])
       assert.ok(documented.includes(`\`${key}\``), `${key} is not in docs/results.md`);
-    // A trial that ran once, with no model calls, has no earlier runs to keep.
+    // A trial that ran once, with no model calls, has no earlier runs to keep; its sandbox record names its container.
     assert.deepEqual((await readdir(path.join(jobDir, 'trivial__echo__1'))).sort(), [
       'agent',
       'result.json',
+      'sandboxes.jsonl',
       'trial.log',
       'verifier',
     ]);

@@ -1,7 +1,7 @@
 /**
  * Several Rollouts on one Docker host: processes sharing a host id, and Rollouts on other Temporal servers, coexist.
- * Each process leases a queue of its own; a janitor removes only what its own deployment and host own and no trial
- * still uses. Real Docker, real Temporal, the real CLI.
+ * Each process leases a queue of its own; a janitor removes only what its own deployment owns and no trial still
+ * uses (another host's of the deployment only once its trial no longer runs). Real Docker, real Temporal, the real CLI.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -178,7 +178,9 @@ describe('several Rollouts on one host', () => {
     });
     await leftover(`${jobName}/gone`);
     await leftover(running);
+    // Another host of this deployment sharing the daemon (gone for good): its trial gone, and its trial running.
     await leftover(`${jobName}/elsewhere`, { host: 'another-host' });
+    await leftover(running, { host: 'another-host' });
     // A Rollout on another Temporal server (which knows none of our trials) on this host, with this host id.
     await leftover(`${jobName}/foreign`, { deployment: 'another-server' });
     await leftover(`${jobName}/unowned`, { deployment: null });
@@ -188,8 +190,8 @@ describe('several Rollouts on one host', () => {
       type: 'docker',
       checkRunningTrials: false,
     });
-    assert.equal(removed, 1);
-    assert.deepEqual(await keptTrials(), [`${jobName}/elsewhere`, `${jobName}/foreign`, running, `${jobName}/unowned`]);
+    assert.equal(removed, 2);
+    assert.deepEqual(await keptTrials(), [`${jobName}/foreign`, running, running, `${jobName}/unowned`]);
     await client.workflow.getHandle(running).terminate('test over');
     await removeJobLeftovers(jobName);
   });

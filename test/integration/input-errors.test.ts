@@ -9,6 +9,7 @@ import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { before, describe, it } from 'node:test';
 
+import { writeSignedJobFile } from '../../src/storage/job-folder';
 import { runCli, workspace } from '../support/cli';
 
 let dir: string;
@@ -214,7 +215,12 @@ describe('invalid input', () => {
   });
 
   it('refuses to reuse a job folder that holds a different configuration, keeping what it holds', async () => {
-    await write('jobs/same/config.json', JSON.stringify({ name: 'same', agents: [] }));
+    // Signed as Rollout writes it: an unsigned one is refused before it is compared (security.data.test.ts).
+    await writeSignedJobFile(
+      path.join(dir, 'jobs', 'same'),
+      'config.json',
+      JSON.stringify({ name: 'same', agents: [] })
+    );
     await write('job.yaml', `name: same\n${JOB}`);
     const run = await runCli(['job.yaml'], { cwd: dir });
     assert.equal(run.code, 2, run.stderr);

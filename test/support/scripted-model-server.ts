@@ -25,9 +25,9 @@
  * ## Endpoints (under `/s/<id>`, `?beta=true` and other query strings accepted)
  * - OpenAI Chat Completions: `POST /v1/chat/completions` (`stream: true` → SSE; `return_token_ids` / `logprobs` get
  *   token ids and logprobs as vLLM returns them, see ./vllm-tokens.ts; `stream_options.include_usage` adds a
- *   usage chunk), `GET /v1/models`.
+ *   usage chunk, as the vendor: none without it), `GET /v1/models`.
  * - OpenAI Completions: `POST /v1/completions` (text or token-id prompts; the turn as text; `return_token_ids` /
- *   `logprobs` as vLLM, see ./vllm-completions.ts).
+ *   `logprobs` as vLLM, see ./vllm-completions.ts; the usage chunk only with `stream_options.include_usage`).
  * - Anthropic Messages: `POST /v1/messages` (`stream: true` → SSE), `POST /v1/messages/count_tokens`.
  * - OpenAI Responses: `POST /v1/responses` (`stream: true` → SSE, `type` in every payload; `enable_response_messages`
  *   and the logprobs `include` as vLLM, see ./vllm-completions.ts); a WebSocket upgrade on
@@ -68,7 +68,8 @@
  * or a 529 (over HTTP: `PUT /_fault-window` with that JSON); `server.down()` stops listening (connection refused)
  * until `server.up()` listens again on the same port.
  * `scenario.sseDelayMs` spaces SSE events out, to observe streaming through a proxy; `scenario.replyDelayMs` answers
- * generation calls that much later (with `endedAt` on each recorded call: how many were in flight at once).
+ * generation calls that much later (with `endedAt` on each recorded call: how many were in flight at once);
+ * `scenario.streamUsage: false` never sends an OpenAI-style stream's usage chunk (a server ignoring `stream_options`).
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -118,6 +119,8 @@ export const scenarioSchema = z.strictObject({
   sseDelayMs: z.number().nonnegative().optional(),
   /** Generation calls are answered this long after they arrive (calls in flight at once can then be seen). */
   replyDelayMs: z.number().nonnegative().optional(),
+  /** false: OpenAI-style streams never carry a usage chunk, asked or not (a server that ignores `stream_options`). */
+  streamUsage: z.boolean().optional(),
 });
 export type Scenario = z.infer<typeof scenarioSchema>;
 
@@ -449,6 +452,12 @@ interface Answer {
 }
 
 type SseEvent = { event?: string; data: unknown };
+
+/** An OpenAI-style stream's usage chunk: no choices, the usage. */
+function isUsageChunk(data: unknown): boolean {
+  const chunk = data as { choices?: unknown[]; usage?: unknown };
+  return Array.isArray(chunk.choices) && chunk.choices.length === 0 && chunk.usage !== undefined;
+}
 
 function chatAnswer(a: Answer): { json: unknown; events: SseEvent[] } {
   const id = `chatcmpl-${a.turnKey}`;
@@ -1006,7 +1015,13 @@ export async function startScriptedModelServer(
       'cache-control': 'no-cache',
     });
     res.flushHeaders();
-    const events = [...rendering.events];
+    // OpenAI and vLLM send a stream's usage chunk only when the request asks for it (`stream_options.include_usage`).
+    const usageAsked =
+      scenario.streamUsage !== false &&
+      (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+    const events = rendering.events.filter(
+      (e) => usageAsked || !(dialect === 'openai-chat' || dialect === 'openai-completions') || !isUsageChunk(e.data)
+    );
     const frames: string[] = sse
       ? events.map(sseFrame)
       : events.map((e, i) => `${i === 0 ? '[' : ','}${JSON.stringify(e.data)}`).concat(']');

@@ -33,6 +33,8 @@ const CHAT = {
   max_tokens: 50,
   messages: [{ role: 'user', content: `go ${'x'.repeat(4000)}` }],
 };
+/** The same call on the Completions route (vLLM, SGLang: a text prompt). */
+const COMPLETION = { model: 'gpt-5', stream: true, max_tokens: 50, prompt: `go ${'x'.repeat(4000)}` };
 /** What one CHAT call is held at and charged when its usage does not come back (the gateway's estimate). */
 const UPSTREAM_CHAT = { ...CHAT, stream_options: { include_usage: true } };
 const ESTIMATE = conservativeUsage(Buffer.byteLength(JSON.stringify(UPSTREAM_CHAT)), UPSTREAM_CHAT);
@@ -102,6 +104,31 @@ describe('gateway: limits against a hostile agent (scripted model server)', () =
     assert.deepEqual(first!.added, ['stream_options.include_usage']);
     assert.equal(first!.charged, undefined);
     assert.equal(second!.added, undefined);
+  });
+
+  it('a Completions stream: usage asked for upstream and counted, the chunk not passed on; no usage back: charged its estimate', async () => {
+    const t = await trial('completions-usage', SCENARIO, { tokens: 10 ** 9 });
+    const url = t.url.replace(/\/chat\/completions$/, '/completions');
+    const text = await (await post(url, COMPLETION, t.token)).text();
+    assert.match(text, /\[DONE\]/);
+    assert.doesNotMatch(text, /"usage"/, 'the usage chunk it did not ask for is not passed on');
+    const sent = t.upstream.calls[0]!.requestBody as { stream_options?: { include_usage?: unknown } };
+    assert.equal(sent.stream_options?.include_usage, true);
+    assert.equal(t.session.spend().tokens, USAGE);
+    const [call] = await records(t.session);
+    assert.equal(call!.dialect, 'openai-completions');
+    assert.deepEqual(call!.added, ['stream_options.include_usage']);
+    assert.deepEqual(call!.usage, scriptedUsage(0));
+    assert.equal(call!.charged, undefined);
+    // A server that ignores stream_options: the stream ends whole but without usage, and counts as its estimate.
+    const u = await trial('completions-no-usage', { ...SCENARIO, streamUsage: false }, { tokens: 10 ** 9 });
+    const bare = await (await post(u.url.replace(/\/chat\/completions$/, '/completions'), COMPLETION, u.token)).text();
+    assert.match(bare, /\[DONE\]/);
+    const upstreamCompletion = { ...COMPLETION, stream_options: { include_usage: true } };
+    const estimate = conservativeUsage(Buffer.byteLength(JSON.stringify(upstreamCompletion)), upstreamCompletion);
+    assert.equal(u.session.spend().tokens, estimate.input_tokens + estimate.output_tokens);
+    const [uncounted] = await records(u.session);
+    assert.deepEqual(uncounted!.charged, estimate);
   });
 
   it('a stream cut mid-way is charged its estimate (input from its size plus its max_tokens)', async () => {

@@ -1,7 +1,7 @@
 /** Stopping and removing a trial's containers, and finding what this host still holds (for the janitor). */
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { HeldEnvironment } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../../contracts/environment';
 import type { DockerEngine } from './engine';
 import { ignoreMissing, statusCode } from './engine';
 import { LABEL_COMPOSE_PROJECT } from './compose';
@@ -52,7 +52,10 @@ export class DockerCleanup {
     const info = await ignoreMissing(this.engine.docker.getContainer(handle.id).inspect());
     const labels = info?.Config.Labels ?? {};
     const trialId = labels[LABEL_TRIAL];
-    if (labels[LABEL_COMPOSE_PROJECT] && trialId && labels[LABEL_DEPLOYMENT] === this.engine.owner.deployment) {
+    // (Another host's service goes alone: removeTrial finds only this host's.)
+    const ours =
+      labels[LABEL_DEPLOYMENT] === this.engine.owner.deployment && labels[LABEL_HOST] === this.engine.owner.hostId;
+    if (labels[LABEL_COMPOSE_PROJECT] && trialId && ours) {
       await this.removeTrial(trialId);
       return;
     }
@@ -93,18 +96,23 @@ export class DockerCleanup {
   }
 
   /**
-   * The trials' containers, and the networks and volumes of compose projects whose containers are gone (a crash
-   * between their removals): those stand for their trial as `ORPHANS_OF<trial id>`, which remove() takes.
+   * The trials' containers (other hosts' of this deployment marked `elsewhere`), and this host's networks and volumes
+   * of compose projects whose containers are gone (a crash between their removals): those stand for their trial as
+   * `ORPHANS_OF<trial id>`, which remove() takes.
    */
   async heldEnvironments(): Promise<HeldEnvironment[]> {
     const filters = this.engine.ownedBy(LABEL_TRIAL);
-    const containers = await this.engine.docker.listContainers({ all: true, filters });
-    const held = containers.map((container) => ({
+    // Every host's containers of this deployment on this daemon: a host that shared it and never came back left its
+    // own, which nothing else would find.
+    const deploymentFilters = { label: [`${LABEL_DEPLOYMENT}=${this.engine.owner.deployment}`, LABEL_TRIAL] };
+    const containers = await this.engine.docker.listContainers({ all: true, filters: deploymentFilters });
+    const held: HeldEnvironment[] = containers.map((container) => ({
       id: container.Id,
       trialId: container.Labels[LABEL_TRIAL] ?? '',
       workerId: container.Labels[LABEL_WORKER] ?? null,
+      ...(container.Labels[LABEL_HOST] !== this.engine.owner.hostId ? { elsewhere: true } : {}),
     }));
-    const withContainers = new Set(held.map((h) => h.trialId));
+    const withContainers = new Set(held.filter((h) => !h.elsewhere).map((h) => h.trialId));
     const networks = await this.engine.docker.listNetworks({ filters });
     const { Volumes: volumes } = await this.engine.docker.listVolumes({ filters });
     for (const { Labels: labels } of [...networks, ...(volumes ?? [])]) {

@@ -1,8 +1,9 @@
 /** Commands in an E2B sandbox through envd: execs with streamed output, the kill of all, and streamed processes. */
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest } from '../../contracts/environment';
+import { log } from '../../log';
 import { OutputTail } from '../exec-output';
-import { E2B_KILL_ALL } from './kill-all';
+import { E2B_KILL_ALL, E2B_SETTLE, E2B_SETTLED_MARK } from './kill-all';
 import type { CommandHandle, Sandbox } from './client';
 import { sdk } from './client';
 
@@ -46,6 +47,23 @@ export class SandboxCommands {
     await this.killAll(handle);
     if (outcome.kind === 'aborted') throw request.signal?.reason;
     return { exitCode: null, stdout: stdout.text(), stderr: stderr.text(), timedOut: true };
+  }
+
+  /**
+   * Starts the settled mark (E2B_SETTLED_MARK) once the sandbox's boot has settled, before the trial's first command:
+   * what runs by then (systemd's services, the template's start command) is spared by every later kill of all. Its
+   * start time is fixed when envd reports it started, so it is earlier than anything started after this returns.
+   */
+  async settle(handle: EnvironmentHandle): Promise<void> {
+    const sandbox = await this.sandboxOf(handle);
+    const laidOut = await sandbox.commands.run(E2B_SETTLE, { user: 'root', timeoutMs: 90_000 }).catch(exitResult);
+    if (laidOut.exitCode !== 0) {
+      // No mark: the kill of all spares only what started before envd (services that started later die with it).
+      log.warn(`e2b: sandbox ${handle.id}: no settled mark (exit ${laidOut.exitCode})`);
+      return;
+    }
+    const mark = await sandbox.commands.run(E2B_SETTLED_MARK, { background: true, user: 'root', timeoutMs: 0 });
+    await mark.disconnect();
   }
 
   async killAll(handle: EnvironmentHandle): Promise<void> {

@@ -145,6 +145,8 @@ export class E2BEnvironment implements Environment {
   /** The workdir (the template's, unless the task names one), the start files, the logs folders, the setup. */
   private async prepare(handle: EnvironmentHandle, request: StartRequest, settings: E2BSettings): Promise<StartResult> {
     const sandbox = await this.sandbox(handle.id);
+    // First: what runs before the trial's own commands (the sandbox's services) outlives every kill of all.
+    await this.commands.settle(handle);
     const pwd = await sandbox.commands.run('pwd', { user: 'root' });
     const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
     const started = { id: handle.id, workdir };

@@ -13,7 +13,6 @@ import type { Sandbox } from 'e2b';
 import { InvalidArgumentError, Sandbox as E2BSandbox, Template } from 'e2b';
 
 import { SandboxCommands } from '../../../src/environments/e2b/exec';
-import { E2B_KILL_ALL } from '../../../src/environments/e2b/kill-all';
 import { e2bQuotaMessage } from '../../../src/environments/e2b/quota';
 import { E2BSettingsSchema } from '../../../src/environments/e2b/settings';
 import { REAL_CLOUD } from '../../support/cloud-suite';
@@ -109,24 +108,29 @@ describe(`e2b probes on ${where} (docs/e2b.md: to confirm on a real account)`, (
     assert.equal(result.exitCode, 1);
   });
 
-  it('what a sandbox runs, and what the kill of all after a step leaves (infra envd.service.tpl: envd first)', async (t) => {
+  it('what a sandbox runs, and what the kill of all after a step leaves (infra envd.service.tpl: envd first, services after)', async (t) => {
     const box = await sandbox();
+    const handle = { id: box.sandboxId, workdir: '/' };
+    const commands = new SandboxCommands(() => Promise.resolve(box));
     const pid1 = await box.commands.run('cat /proc/1/comm', { user: 'root' });
+    // A service that starts after envd (on the stand-in, whose sandboxes boot none; on E2B, beside systemd's own).
+    const service = 'cp "$(command -v sleep)" /tmp/late-service && (setsid /tmp/late-service 900 >/dev/null 2>&1 &)';
+    assert.equal((await box.commands.run(service, { user: 'root' })).exitCode, 0);
+    await commands.settle(handle);
     const before = await processNames(box);
-    const agent = await box.commands.run(
-      'cp "$(command -v sleep)" /tmp/agent-daemon && (setsid /tmp/agent-daemon 900 >/dev/null 2>&1 &)',
-      {
-        user: 'root',
-      }
-    );
-    assert.equal(agent.exitCode, 0);
-    const killed = await box.commands.run(E2B_KILL_ALL, { user: 'root' });
+    const agent = 'cp "$(command -v sleep)" /tmp/agent-daemon && (setsid /tmp/agent-daemon 900 >/dev/null 2>&1 &)';
+    assert.equal((await box.commands.run(agent, { user: 'root' })).exitCode, 0);
+    await commands.killAll(handle);
     const left = await processNames(box);
     t.diagnostic(`${where}: PID 1 is "${pid1.stdout.trim()}"; running before the agent: ${before.join(' ')}`);
     t.diagnostic(`${where}: after the kill of all: ${left.join(' ')}`);
-    assert.equal(killed.exitCode, 0);
-    // What Rollout relies on: envd (under either name) survives, so the next step runs; the agent's daemon does not.
+    const lost = before.filter((c) => !left.includes(c) && c !== 'bash' && c !== 'sh');
+    t.diagnostic(`${where}: the sandbox's own processes the kill took: ${lost.join(' ') || 'none'}`);
+    // What Rollout relies on: envd (under either name), the sandbox's services and the settled mark survive, so the
+    // next step runs in the sandbox as it booted; the agent's daemon does not.
     assert.ok(left.includes('envd') || left.includes('envd.next'), left.join(' '));
+    assert.deepEqual(lost, []);
+    assert.ok(left.includes('late-service') && left.includes('rollout-settled'), left.join(' '));
     assert.ok(!left.includes('agent-daemon'), left.join(' '));
     assert.equal((await box.commands.run('echo alive', { user: 'root' })).stdout.trim(), 'alive');
   });
