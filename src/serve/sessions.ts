@@ -25,7 +25,7 @@ import {
 import { namedTrial } from '../api/rollout';
 import { boundedId } from '../job/plan';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
-import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
+import { RolloutJob, RolloutTask } from '../../workflows/search-attributes';
 import { sessionTools } from '../trial/session-tools';
 import type { SessionClaim, SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
 import type { TrialSpec } from '../contracts/trial';

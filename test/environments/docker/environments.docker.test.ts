@@ -186,13 +186,18 @@ describe('DockerEnvironment', () => {
   });
 
   it('stops a build at its time limit with EnvironmentBuildError', async () => {
-    const request = await contextWith('FROM debian:bookworm-slim\nRUN sleep 60\n', { timeoutMs: 1500 });
+    const request = await contextWith(`FROM debian:bookworm-slim\nRUN sleep 60 && echo ${jobName}\n`, {
+      timeoutMs: 1500,
+    });
     await assert.rejects(environment.build(request), isBuildError(/^build exceeded 1.5 s/));
   });
 
   it('rejects with the reason when the build is cancelled', async () => {
     const controller = new AbortController();
-    const request = await contextWith('FROM debian:bookworm-slim\nRUN sleep 61\n', { signal: controller.signal });
+    // Unique per run: an image of the same content built by any earlier run on this host would be used as it is.
+    const request = await contextWith(`FROM debian:bookworm-slim\nRUN sleep 61 && echo ${jobName}\n`, {
+      signal: controller.signal,
+    });
     setTimeout(() => controller.abort(new Error('trial cancelled')), 500);
     await assert.rejects(environment.build(request), /trial cancelled/);
   });
