@@ -32,6 +32,7 @@ import { KILL_ALL } from '../trial-container';
 import type { PodRef } from './cluster';
 import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
 import { PodExec } from './exec';
+import { TrialNetworkPolicies } from './network-policy';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
@@ -55,6 +56,7 @@ export class KubernetesEnvironment implements Environment {
   private readonly images: RegistryImages;
   private readonly creations: RateLimiter;
   private readonly execs: PodExec;
+  private readonly networkPolicies = new TrialNetworkPolicies();
   private readonly files: StreamedTransfer;
 
   constructor(options: EnvironmentOwner & { kubeConfig?: () => KubeConfig; podsPerSecond?: number }) {
@@ -101,6 +103,8 @@ export class KubernetesEnvironment implements Environment {
     const name = podName(request.trialName, request.trialId, request.role);
     const ref: PodRef = { namespace: settings.namespace, name, context: settings.context };
     this.clusters.remember(ref);
+    // Before the pod exists: no moment in which it could be connected to.
+    await this.networkPolicies.ensure(cluster, settings.namespace, settings.context);
     await this.creations.take(request.signal);
     try {
       await cluster.core.createNamespacedPod({
