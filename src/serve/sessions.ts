@@ -27,7 +27,7 @@ import { boundedId } from '../job/plan';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
 import { RolloutJob, RolloutTask } from '../../workflows/search-attributes';
 import { sessionTools } from '../trial/session-tools';
-import type { SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
+import type { SessionClaim, SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
 import type { TrialSpec } from '../contracts/trial';
 import type { Route } from './route';
 import { WarmPool } from './warm-pool';
@@ -41,6 +41,8 @@ const CreateSchema = z.strictObject({
   dataset: z.string().optional(),
   /** A shorter idle timeout for this session than the server's (never a longer one). */
   idle_timeout_sec: z.number().positive().optional(),
+  /** The caller's policy version (its model's weights): stamped on each step until a step sets another. */
+  policy_version: z.number().int().nonnegative().optional(),
 });
 const StepSchema = z.strictObject({
   tool_call: z.looseObject({
@@ -48,6 +50,8 @@ const StepSchema = z.strictObject({
     // An object, or a JSON string as OpenAI tool calls carry them.
     arguments: z.union([z.record(z.string(), z.unknown()), z.string()]).default({}),
   }),
+  /** A new policy version (the trainer updated its weights): this step and the later ones carry it. */
+  policy_version: z.number().int().nonnegative().optional(),
 });
 const IdParams = z.object({ id: z.string().min(1) });
 const StepOutcomeSchema = z.object({
@@ -86,9 +90,9 @@ export class Sessions {
           await this.client.workflow.start(operation.workflowTypeOrFunc, operation.options);
           return sessionId;
         },
-        claim: (sessionId, idleTimeoutSec) =>
+        claim: (sessionId, claim) =>
           this.handle(sessionId)
-            .executeUpdate(sessionClaimUpdate, { args: [{ ...(idleTimeoutSec ? { idleTimeoutSec } : {}) }] })
+            .executeUpdate(sessionClaimUpdate, { args: [claim] })
             .then(
               () => true,
               (err: unknown) => {
@@ -113,124 +117,114 @@ export class Sessions {
   }
 
   routes(): Route[] {
-    return [this.createRoute(), this.stepRoute(), this.recordRoute(), this.endRoute()];
-  }
-
-  /** POST /sessions: a session on a task, from the warm pool or started now. */
-  private createRoute(): Route {
-    return {
-      method: 'POST',
-      path: '/sessions',
-      summary: 'Start a session on a task: its container runs when this returns (prompt = the instruction)',
-      body: CreateSchema,
-      responses: {
-        200: z.object({ session_id: z.string(), prompt: z.string(), tools: z.array(z.unknown()) }),
-        400: ErrorSchema,
-        503: ErrorSchema,
-      },
-      handler: async ({ body }, reply) => {
-        const { task, dataset, idle_timeout_sec: idle } = body as z.infer<typeof CreateSchema>;
-        if (dataset !== undefined && dataset !== this.datasetDir) {
-          return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
-        }
-        const planned = this.tasks.get(task);
-        if (!planned) {
-          return reply.code(400).send({
-            error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
-          });
-        }
-        let sessionId = await this.pool.take(task, idle);
-        if (!sessionId) {
-          sessionId = randomUUID();
-          try {
-            await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
-              startWorkflowOperation: this.startOperation(task, sessionId, { idleTimeoutSec: idle }),
+    return [
+      {
+        method: 'POST',
+        path: '/sessions',
+        summary: 'Start a session on a task: its container runs when this returns (prompt = the instruction)',
+        body: CreateSchema,
+        responses: {
+          200: z.object({ session_id: z.string(), prompt: z.string(), tools: z.array(z.unknown()) }),
+          400: ErrorSchema,
+          503: ErrorSchema,
+        },
+        handler: async ({ body }, reply) => {
+          const { task, dataset, idle_timeout_sec: idle, policy_version } = body as z.infer<typeof CreateSchema>;
+          if (dataset !== undefined && dataset !== this.datasetDir) {
+            return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
+          }
+          const planned = this.tasks.get(task);
+          if (!planned) {
+            return reply.code(400).send({
+              error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
             });
+          }
+          const claim = {
+            ...(idle !== undefined ? { idleTimeoutSec: idle } : {}),
+            ...(policy_version !== undefined ? { policyVersion: policy_version } : {}),
+          };
+          let sessionId = await this.pool.take(task, claim);
+          if (!sessionId) {
+            sessionId = randomUUID();
+            try {
+              await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
+                startWorkflowOperation: this.startOperation(task, sessionId, claim),
+              });
+            } catch (err) {
+              if (err instanceof WorkflowUpdateFailedError) {
+                return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+              }
+              throw err;
+            }
+          }
+          return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
+        },
+      },
+      {
+        method: 'POST',
+        path: '/sessions/:id/step',
+        summary: 'One tool call (bash {command} or submit) → {observation, reward, finished, info}; 404 once ended',
+        params: IdParams,
+        body: StepSchema,
+        responses: { 200: StepOutcomeSchema, 400: ErrorSchema, 404: ErrorSchema },
+        handler: async ({ params, body }, reply) => {
+          const { id } = params as { id: string };
+          const { tool_call: raw, policy_version } = body as z.infer<typeof StepSchema>;
+          let args: Record<string, unknown>;
+          try {
+            args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
           } catch (err) {
+            return reply.code(400).send({ error: `body.tool_call.arguments: ${(err as Error).message}` });
+          }
+          const call: ToolCall = { name: raw.name, arguments: args };
+          try {
+            const options = policy_version !== undefined ? { policyVersion: policy_version } : undefined;
+            return await this.handle(id).executeUpdate(sessionStepUpdate, { args: options ? [call, options] : [call] });
+          } catch (err) {
+            if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
             if (err instanceof WorkflowUpdateFailedError) {
-              return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+              const message = causeMessage(err);
+              // The step's activity failed (Docker unreachable, host lost): the server's side, not the request's.
+              if (err.cause instanceof ActivityFailure) return reply.code(502).send({ error: message });
+              return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
             }
             throw err;
           }
-        }
-        return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
+        },
       },
-    };
-  }
-
-  /** POST /sessions/:id/step: one tool call. */
-  private stepRoute(): Route {
-    return {
-      method: 'POST',
-      path: '/sessions/:id/step',
-      summary: 'One tool call (bash {command} or submit) → {observation, reward, finished, info}; 404 once ended',
-      params: IdParams,
-      body: StepSchema,
-      responses: { 200: StepOutcomeSchema, 400: ErrorSchema, 404: ErrorSchema },
-      handler: async ({ params, body }, reply) => {
-        const { id } = params as { id: string };
-        const { tool_call: raw } = body as z.infer<typeof StepSchema>;
-        let args: Record<string, unknown>;
-        try {
-          args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
-        } catch (err) {
-          return reply.code(400).send({ error: `body.tool_call.arguments: ${(err as Error).message}` });
-        }
-        const call: ToolCall = { name: raw.name, arguments: args };
-        try {
-          return await this.handle(id).executeUpdate(sessionStepUpdate, { args: [call] });
-        } catch (err) {
-          if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
-          if (err instanceof WorkflowUpdateFailedError) {
-            const message = causeMessage(err);
-            // The step's activity failed (Docker unreachable, host lost): the server's side, not the request's.
-            if (err.cause instanceof ActivityFailure) return reply.code(502).send({ error: message });
-            return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
+      {
+        method: 'GET',
+        path: '/sessions/:id',
+        summary: "A session's record: status, how it ended, rewards and every step so far",
+        params: IdParams,
+        responses: { 200: z.unknown(), 404: ErrorSchema },
+        handler: async ({ params }, reply) => {
+          const { id } = params as { id: string };
+          return (await this.record(id)) ?? reply.code(404).send({ error: `no session "${id}"` });
+        },
+      },
+      {
+        method: 'DELETE',
+        path: '/sessions/:id',
+        summary: 'End a session now: its container is removed',
+        params: IdParams,
+        responses: { 200: z.object({ session_id: z.string(), ended: z.literal(true) }), 404: ErrorSchema },
+        handler: async ({ params }, reply) => {
+          const { id } = params as { id: string };
+          const description = await this.handle(id)
+            .describe()
+            .catch((err: unknown) => {
+              if (err instanceof WorkflowNotFoundError) return undefined;
+              throw err;
+            });
+          if (description?.status.name !== 'RUNNING') {
+            return reply.code(404).send({ error: `no running session "${id}"` });
           }
-          throw err;
-        }
+          await this.handle(id).signal(endSessionSignal);
+          return { session_id: id, ended: true };
+        },
       },
-    };
-  }
-
-  /** GET /sessions/:id: the session's record. */
-  private recordRoute(): Route {
-    return {
-      method: 'GET',
-      path: '/sessions/:id',
-      summary: "A session's record: status, how it ended, rewards and every step so far",
-      params: IdParams,
-      responses: { 200: z.unknown(), 404: ErrorSchema },
-      handler: async ({ params }, reply) => {
-        const { id } = params as { id: string };
-        return (await this.record(id)) ?? reply.code(404).send({ error: `no session "${id}"` });
-      },
-    };
-  }
-
-  /** DELETE /sessions/:id: end a running session. */
-  private endRoute(): Route {
-    return {
-      method: 'DELETE',
-      path: '/sessions/:id',
-      summary: 'End a session now: its container is removed',
-      params: IdParams,
-      responses: { 200: z.object({ session_id: z.string(), ended: z.literal(true) }), 404: ErrorSchema },
-      handler: async ({ params }, reply) => {
-        const { id } = params as { id: string };
-        const description = await this.handle(id)
-          .describe()
-          .catch((err: unknown) => {
-            if (err instanceof WorkflowNotFoundError) return undefined;
-            throw err;
-          });
-        if (description?.status.name !== 'RUNNING') {
-          return reply.code(404).send({ error: `no running session "${id}"` });
-        }
-        await this.handle(id).signal(endSessionSignal);
-        return { session_id: id, ended: true };
-      },
-    };
+    ];
   }
 
   /** Starts parked sessions for the configured warm pool. */
@@ -242,13 +236,21 @@ export class Sessions {
     return this.pool.close();
   }
 
-  private startOperation(task: string, sessionId: string, options: { idleTimeoutSec?: number; pooled?: boolean }) {
+  private startOperation(task: string, sessionId: string, options: SessionClaim & { pooled?: boolean }) {
     const spec = namedTrial(this.tasks.get(task)!.spec, `session__${sessionId}`);
     const idleTimeoutSec = Math.min(options.idleTimeoutSec ?? Infinity, this.limits.idleTimeoutSec);
     return new WithStartWorkflowOperation<typeof sessionWorkflow>('sessionWorkflow', {
       workflowId: spec.trialId,
       taskQueue: JOB_TASK_QUEUE,
-      args: [{ sessionId, spec, limits: { ...this.limits, idleTimeoutSec }, pooled: options.pooled ?? false }],
+      args: [
+        {
+          sessionId,
+          spec,
+          limits: { ...this.limits, idleTimeoutSec },
+          pooled: options.pooled ?? false,
+          ...(options.policyVersion !== undefined ? { policyVersion: options.policyVersion } : {}),
+        },
+      ],
       workflowIdConflictPolicy: 'FAIL',
       staticSummary: `session ${sessionId} · ${task}${options.pooled ? ' (warm pool)' : ''}`,
       typedSearchAttributes: [
