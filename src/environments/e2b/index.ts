@@ -22,18 +22,20 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../../contracts/environment';
-import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { LABEL_DEPLOYMENT } from '../../contracts/environment';
+import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StagedTransfer } from '../kit/tar-transfer';
-import { SandboxCommands } from './commands';
+import { SandboxCommands } from './exec';
 import { sandboxFiles } from './files';
 import { E2B_KILL_ALL } from './kill-all';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
-import type { Sandbox } from './sdk';
-import { sdk } from './sdk';
+import type { Sandbox } from './client';
+import { sdk } from './client';
 import type { E2BSettings } from './settings';
 import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';
@@ -208,35 +210,31 @@ export class E2BEnvironment implements Environment {
     await withE2BQuota('sandbox kill', this.quotaWaitMs, () => sdk().Sandbox.kill(handle.id));
   }
 
-  async removeTrial(trialId: string, _settings?: ProviderSettings): Promise<number> {
-    const held = await this.list({ [LABEL_TRIAL]: trialId });
-    for (const sandbox of held) await this.remove({ id: sandbox.id, workdir: '/' });
-    return held.length;
+  removeTrial(trialId: string, _settings?: ProviderSettings): Promise<number> {
+    return removeTrialSandboxes(this.listing, this.owner, trialId);
   }
 
   heldEnvironments(): Promise<HeldEnvironment[]> {
-    return this.list({});
+    return heldSandboxes(this.listing, this.owner);
   }
 
   removeImage(image: string): Promise<boolean> {
     return releaseTemplate(image, this.quotaWaitMs);
   }
 
-  /** This deployment's sandboxes (running or paused) whose metadata has `query` too, through every page. */
-  private async list(query: Record<string, string>): Promise<HeldEnvironment[]> {
-    const paginator = sdk().Sandbox.list({
-      query: { metadata: { [LABEL_DEPLOYMENT]: this.owner.deployment, ...query } },
-    });
-    const held: HeldEnvironment[] = [];
-    while (paginator.hasNext) {
-      const page = await withE2BQuota('sandbox list', this.quotaWaitMs, () => paginator.nextItems());
-      for (const sandbox of page) {
-        const mine = heldSandbox(this.owner, sandbox.sandboxId, sandbox.metadata);
-        if (mine) held.push(mine);
+  /** Sandboxes (running or paused) by their metadata, through every page. */
+  private readonly listing: SandboxListing = {
+    list: async (labels) => {
+      const paginator = sdk().Sandbox.list({ query: { metadata: labels } });
+      const listed: ListedSandbox[] = [];
+      while (paginator.hasNext) {
+        const page = await withE2BQuota('sandbox list', this.quotaWaitMs, () => paginator.nextItems());
+        listed.push(...page.map((sandbox) => ({ id: sandbox.sandboxId, labels: sandbox.metadata })));
       }
-    }
-    return held;
-  }
+      return listed;
+    },
+    remove: (id) => this.remove({ id, workdir: '/' }),
+  };
 
   /** The SDK's sandbox of an id: the one this worker created or connected to, else a connect (another worker's). */
   private sandbox(id: string): Promise<Sandbox> {

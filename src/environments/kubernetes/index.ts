@@ -20,23 +20,24 @@ import type {
   StartRequest,
   StartResult,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import { removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from '../docker/engine';
 import { KILL_ALL } from '../trial-container';
-import type { PodRef } from './cluster';
-import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
+import type { PodRef } from './client';
+import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './client';
 import { PodExec } from './exec';
 import { TrialNetworkPolicies } from './network-policy';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
 
-export { PodLostError } from './cluster';
+export { PodLostError } from './client';
 
 /** Pod creations per second, per worker process: a cluster's API server is shared by everyone. */
 const DEFAULT_PODS_PER_SECOND = 5;
@@ -175,18 +176,26 @@ export class KubernetesEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
+  removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
     const settings = given && requireSettings(given);
-    const selector = [
-      `${LABEL_DEPLOYMENT}=${this.owner.deployment}`,
-      `${LABEL_TRIAL}=${labelHash(trialId)}`,
-      ...(role ? [`${LABEL_ROLE}=${role}`] : []),
-    ].join(',');
-    const pods = settings
-      ? await this.podsIn(settings.context, [settings.namespace], selector)
-      : await this.ownedPods(selector);
-    for (const pod of pods) await this.remove({ id: handleId(pod), workdir: '/' });
-    return pods.length;
+    return removeTrialSandboxes(
+      {
+        // The trial's label is a hash of its id (a label value holds 63 characters at most).
+        list: async (labels) => {
+          const selector = Object.entries(labels)
+            .map(([label, value]) => `${label}=${label === LABEL_TRIAL ? labelHash(value) : value}`)
+            .join(',');
+          const pods = settings
+            ? await this.podsIn(settings.context, [settings.namespace], selector)
+            : await this.ownedPods(selector);
+          return pods.map((pod) => ({ id: handleId(pod), labels: null }));
+        },
+        remove: (id) => this.remove({ id, workdir: '/' }),
+      },
+      this.owner,
+      trialId,
+      role
+    );
   }
 
   /** Every pod of this deployment, in any namespace of the current context and of contexts this process used. */

@@ -7,8 +7,8 @@
 import type { V1NetworkPolicy } from '@kubernetes/client-node';
 
 import { LABEL_TRIAL } from '../../contracts/environment';
-import type { Cluster } from './cluster';
-import { apiMessage, isAlreadyExists } from './cluster';
+import type { Cluster } from './client';
+import { apiMessage, isAlreadyExists } from './client';
 
 export const TRIAL_NETWORK_POLICY = 'rollout-trials-deny-ingress';
 

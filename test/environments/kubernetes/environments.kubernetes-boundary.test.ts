@@ -18,7 +18,7 @@ import { CoreV1Api, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node'
 import type { StartRequest } from '../../../src/contracts/environment';
 import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { KubernetesEnvironment } from '../../../src/environments/kubernetes';
-import { Clusters } from '../../../src/environments/kubernetes/cluster';
+import { Clusters } from '../../../src/environments/kubernetes/client';
 import { TRIAL_NETWORK_POLICY, TrialNetworkPolicies } from '../../../src/environments/kubernetes/network-policy';
 import type { KubernetesTarget } from './kubernetes-target';
 import { ON_CLUSTER, startKubernetesTarget } from './kubernetes-target';

@@ -4,8 +4,8 @@ import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest }
 import { log } from '../../log';
 import { OutputTail } from '../exec-output';
 import { E2B_KILL_ALL, E2B_SETTLE, E2B_SETTLED_MARK } from './kill-all';
-import type { CommandHandle, Sandbox } from './sdk';
-import { sdk } from './sdk';
+import type { CommandHandle, Sandbox } from './client';
+import { sdk } from './client';
 
 export class SandboxCommands {
   constructor(private readonly sandboxOf: (handle: EnvironmentHandle) => Promise<Sandbox>) {}
