@@ -16,6 +16,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -150,6 +151,8 @@ export class DaytonaEnvironment implements Environment {
     const carrier = {
       where: 'the sandbox',
       extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at: EnvironmentHandle, archive: Readable, script: string) =>
+        this.files.extractAndRun(at, archive, script),
       runAsRoot: (at: EnvironmentHandle, script: string) => this.execs.root(at.id, script),
     };
     const output = await prepareStart(handle, request, carrier, {
@@ -197,6 +200,16 @@ export class DaytonaEnvironment implements Environment {
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
     return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   /** A stopped sandbox is deleted by Daytona at once (autoDeleteInterval 0): stopping is removing. */

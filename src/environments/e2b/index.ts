@@ -14,6 +14,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -144,15 +145,14 @@ export class E2BEnvironment implements Environment {
 
   /** The workdir (the template's, unless the task names one), the start files, the logs folders, the setup. */
   private async prepare(handle: EnvironmentHandle, request: StartRequest, settings: E2BSettings): Promise<StartResult> {
-    const sandbox = await this.sandbox(handle.id);
     // First: what runs before the trial's own commands (the sandbox's services) outlives every kill of all.
-    await this.commands.settle(handle);
-    const pwd = await sandbox.commands.run('pwd', { user: 'root' });
-    const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
+    const home = await this.commands.settle(handle);
+    const workdir = request.workdir ?? (home || '/');
     const started = { id: handle.id, workdir };
     await prepareStart(started, request, {
       where: 'the sandbox',
       extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at, archive, script) => this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at, command) => {
         const { exitCode, stderr } = await this.commands.exec(at, { command, cwd: '/' });
         return { exitCode, output: stderr };
@@ -187,6 +187,16 @@ export class E2BEnvironment implements Environment {
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
     return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {

@@ -15,6 +15,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   ProviderSettings,
   StartRequest,
@@ -130,6 +131,7 @@ export class KubernetesEnvironment implements Environment {
     await prepareStart(handle, request, {
       where: 'the pod',
       extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at, archive, script) => this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at, command) => {
         const { exitCode, stderr } = await this.execs.exec(at, { command });
         return { exitCode, output: stderr };
@@ -155,6 +157,16 @@ export class KubernetesEnvironment implements Environment {
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
     return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   /** A pod cannot be stopped and kept: stopping deletes it at once (its PID 1 only sleeps). */

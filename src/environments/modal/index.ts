@@ -18,6 +18,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -121,6 +122,8 @@ export class ModalEnvironment implements Environment {
     const carrier = {
       where: 'the modal sandbox',
       extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at: EnvironmentHandle, archive: Readable, script: string) =>
+        this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at: EnvironmentHandle, command: string) => {
         const { exitCode, stderr } = await this.execs.exec(at, { command, cwd: '/' });
         return { exitCode, output: stderr };
@@ -149,6 +152,16 @@ export class ModalEnvironment implements Environment {
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
     return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
