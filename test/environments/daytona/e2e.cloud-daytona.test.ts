@@ -11,6 +11,4 @@ cloudSuite({
   vendor: 'daytona',
   target: REAL_CLOUD ? realTarget() : standInTarget(startDaytonaStandIn),
   credential: 'DAYTONA_API_KEY',
-  largeNotYet: "not yet run on Daytona's stand-in (issue 29)",
-  faultsNotYet: "not yet run on Daytona's stand-in (issue 29)",
 });
