@@ -9,10 +9,10 @@ import path from 'node:path';
 
 import tarStream from 'tar-stream';
 
-import { resolveInside } from '../files/inside';
 import type { CollectLimits, CollectReport } from '../contracts/trial';
 import { ifPresent } from '../files/absent';
 import type { FolderSelection } from '../contracts/environment';
+import { tarEntryTarget } from './kit/tar-entry';
 
 /** Paths of a CollectReport's `cut` beyond the first few are only counted: the report travels in a payload. */
 const CUT_PATHS_KEPT = 20;
@@ -114,9 +114,8 @@ export async function extractArchive(
   };
   let skippedBytes = 0;
   for await (const entry of extract) {
-    const relative = entryPath(entry.header);
-    const target = relative === undefined ? undefined : resolveInside(root, relative);
-    const selected = selection ? selectedBy(selection, relative, entry.header.type) : 'yes';
+    const kept = tarEntryTarget(root, entry.header);
+    const selected = selection ? selectedBy(selection, kept?.relative, entry.header.type) : 'yes';
     if (selected !== 'yes') {
       entry.resume();
       skippedBytes += entry.header.size ?? 0;
@@ -124,12 +123,12 @@ export async function extractArchive(
         stop();
         return false;
       }
-    } else if (target === undefined || target === root) {
+    } else if (kept === undefined) {
       entry.resume();
     } else if (
       budget &&
       !budget.admit(
-        path.join(reportAs, relative ?? ''),
+        path.join(reportAs, kept.relative),
         entry.header.size ?? 0,
         entry.header.type === 'directory' ? 'folder' : 'file'
       )
@@ -139,11 +138,11 @@ export async function extractArchive(
       stop();
       break;
     } else if (entry.header.type === 'directory') {
-      await makeRealDirectory(root, target);
+      await makeRealDirectory(root, kept.target);
       entry.resume();
     } else {
-      await makeRealDirectory(root, path.dirname(target));
-      await writeEntry(entry, target);
+      await makeRealDirectory(root, path.dirname(kept.target));
+      await writeEntry(entry, kept.target);
     }
   }
   return true;
@@ -164,17 +163,6 @@ function selectedBy(
   const [top, ...below] = relative.split('/');
   if (!folders.includes(top!)) return 'no';
   return below.length > 0 || type === 'directory' ? 'yes' : 'not-a-folder';
-}
-
-/** Where an archive entry goes below hostDir, or undefined when it is not written at all. */
-function entryPath(header: tarStream.Header): string | undefined {
-  if (header.type !== 'file' && header.type !== 'directory') return undefined;
-  const parts = header.name.split('/').filter((part) => part !== '' && part !== '.');
-  // No archive of real files names `..`: such an entry (a hostile sandbox's tar) could leave its chosen folder for
-  // the trial folder's own files (sandboxes.jsonl, trial.log) while staying inside hostDir.
-  if (parts.includes('..')) return undefined;
-  if (parts.length > 1) return parts.slice(1).join('/');
-  return header.type === 'file' ? parts[0] : undefined;
 }
 
 async function writeEntry(entry: AsyncIterable<unknown>, target: string): Promise<void> {

@@ -8,6 +8,7 @@ import { Daytona, DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk';
 
 import type { QuotaBackoffOptions } from '../cloud/quota';
 import { withQuotaBackoff } from '../cloud/quota';
+import { ifFoundBy } from '../kit/not-found';
 import { API_KEY_VARIABLE } from './credentials';
 
 export class DaytonaClients {
@@ -90,6 +91,10 @@ export function isUnusableSnapshot(err: unknown): boolean {
   );
 }
 
+/** Daytona's reply that a sandbox, session or snapshot is not there (a missing snapshot at creation: see above). */
 export function isNotFound(err: unknown): boolean {
   return err instanceof DaytonaNotFoundError || (err instanceof DaytonaError && err.statusCode === 404);
 }
+
+/** The call's value, or undefined when Daytona says what it reads or removes is not there. */
+export const ifFound = ifFoundBy(isNotFound);

@@ -33,7 +33,7 @@ import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StagedTransfer } from '../kit/tar-transfer';
 import { KILL_ALL } from '../trial-container';
 import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
+import { DaytonaClients, daytonaCall, ifFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';
 import { daytonaSettings } from './settings';
@@ -178,14 +178,14 @@ export class DaytonaEnvironment implements Environment {
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
-    try {
-      const sandbox = await this.clients.sandbox(handle.id);
-      await daytonaCall(() => sandbox.refreshData());
-      return sandbox.state === 'started';
-    } catch (err) {
-      if (isNotFound(err)) return false;
-      throw err;
-    }
+    const sandbox = await ifFound(
+      (async () => {
+        const found = await this.clients.sandbox(handle.id);
+        await daytonaCall(() => found.refreshData());
+        return found;
+      })()
+    );
+    return sandbox?.state === 'started';
   }
 
   /** A phase's network: Daytona blocks the sandbox's outbound traffic, or lets it through again. */
@@ -220,12 +220,8 @@ export class DaytonaEnvironment implements Environment {
   async remove(handle: EnvironmentHandle): Promise<void> {
     this.execs.forget(handle.id);
     this.clients.forget(handle.id);
-    try {
-      const sandbox = await daytonaCall(() => this.clients.client().get(handle.id));
-      await daytonaCall(() => sandbox.delete());
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
+    const sandbox = await ifFound(daytonaCall(() => this.clients.client().get(handle.id)));
+    if (sandbox) await ifFound(daytonaCall(() => sandbox.delete()));
   }
 
   removeTrial(trialId: string, settings?: ProviderSettings, role?: string): Promise<number> {

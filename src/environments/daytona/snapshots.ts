@@ -17,7 +17,7 @@ import type { BuildRequest, BuildResult, InstallSnapshots } from '../../contract
 import { LABEL_ENV_KEY, TaskEnvironmentError } from '../../contracts/environment';
 import { CloudQuotaError } from '../cloud/quota';
 import type { DaytonaClients } from './client';
-import { daytonaCall, isNotFound } from './client';
+import { daytonaCall, ifFound } from './client';
 import { daytonaSettings } from './settings';
 
 const GIB = 2 ** 30;
@@ -100,12 +100,7 @@ export class DaytonaSnapshots {
     const forceKey = `${request.jobName}\n${name}`;
     for (;;) {
       request.signal?.throwIfAborted();
-      const existing = await daytonaCall(() => client.snapshot.get(name), { signal: request.signal }).catch(
-        (err: unknown) => {
-          if (isNotFound(err)) return null;
-          throw err;
-        }
-      );
+      const existing = await ifFound(daytonaCall(() => client.snapshot.get(name), { signal: request.signal }));
       if (existing?.state === 'inactive') {
         // Deactivated after 14 days unused (snapshot.manager.ts DEFAULT_SNAPSHOT_DEACTIVATION_TIMEOUT_MINUTES):
         // activated again (snapshot.service.ts activateSnapshot), or, when Daytona refuses that, built again.
@@ -194,9 +189,7 @@ export class DaytonaSnapshots {
 
   /** Deletes a snapshot; one already gone is no error. */
   private async deleteSnapshot(client: Daytona, snapshot: Snapshot): Promise<void> {
-    await daytonaCall(() => client.snapshot.delete(snapshot)).catch((err: unknown) => {
-      if (!isNotFound(err)) throw err;
-    });
+    await ifFound(daytonaCall(() => client.snapshot.delete(snapshot)));
   }
 
   private async allSnapshots(): Promise<Snapshot[]> {
@@ -216,10 +209,7 @@ export class DaytonaSnapshots {
     return {
       find: async (baseImage, key) => {
         const client = this.clients.client();
-        const snapshot = await daytonaCall(() => client.snapshot.get(nameOf(baseImage, key))).catch((err: unknown) => {
-          if (isNotFound(err)) return null;
-          throw err;
-        });
+        const snapshot = await ifFound(daytonaCall(() => client.snapshot.get(nameOf(baseImage, key))));
         return snapshot?.state === 'active' ? snapshot.name : null;
       },
       take: async (handle: EnvironmentHandle, key: string) => {

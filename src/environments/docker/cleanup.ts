@@ -3,7 +3,7 @@ import type { EnvironmentHandle } from '../../contracts/trial';
 import type { HeldEnvironment } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../../contracts/environment';
 import type { DockerEngine } from './engine';
-import { ignoreMissing, statusCode } from './engine';
+import { ifFound, statusCode } from './engine';
 import { LABEL_COMPOSE_PROJECT } from './compose';
 import type { DockerExec } from './exec';
 
@@ -49,7 +49,7 @@ export class DockerCleanup {
     }
     this.execs.forget(handle.id);
     // A compose service is part of its trial's environment: all of it (sidecars, network, volumes) goes.
-    const info = await ignoreMissing(this.engine.docker.getContainer(handle.id).inspect());
+    const info = await ifFound(this.engine.docker.getContainer(handle.id).inspect());
     const labels = info?.Config.Labels ?? {};
     const trialId = labels[LABEL_TRIAL];
     // (Another host's service goes alone: removeTrial finds only this host's.)
@@ -90,8 +90,8 @@ export class DockerCleanup {
     ]);
     await Promise.all(containers.map((container) => this.removeContainer(container.Id)));
     // A compose project's network and volumes, once no container uses them.
-    for (const network of networks) await ignoreMissing(this.engine.docker.getNetwork(network.Id).remove());
-    for (const volume of volumes) await ignoreMissing(this.engine.docker.getVolume(volume.Name).remove());
+    for (const network of networks) await ifFound(this.engine.docker.getNetwork(network.Id).remove());
+    for (const volume of volumes) await ifFound(this.engine.docker.getVolume(volume.Name).remove());
     return containers.length;
   }
 

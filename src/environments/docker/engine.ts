@@ -7,6 +7,7 @@ import Docker from 'dockerode';
 import type { EnvironmentOwner } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_HOST } from '../../contracts/environment';
 import { firstLine } from '../exec-output';
+import { ifFoundBy } from '../kit/not-found';
 
 const PING_TIMEOUT_MS = 10_000;
 
@@ -47,7 +48,7 @@ export class DockerEngine {
 
   /** The image's labels, or undefined when the image is not on this host. */
   async imageLabels(image: string): Promise<Record<string, string> | undefined> {
-    const info = await ignoreMissing(this.docker.getImage(image).inspect());
+    const info = await ifFound(this.docker.getImage(image).inspect());
     return info && (info.Config?.Labels ?? {});
   }
 }
@@ -63,15 +64,13 @@ export function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefine
   });
 }
 
-/** The promise's value, or undefined when what it reads or removes is not there (404). */
-export async function ignoreMissing<T>(promise: Promise<T>): Promise<T | undefined> {
-  try {
-    return await promise;
-  } catch (err) {
-    if (statusCode(err) === 404) return undefined;
-    throw err;
-  }
+/** The engine's reply that a container, image, network or volume is not there. */
+export function isNotFound(err: unknown): boolean {
+  return statusCode(err) === 404;
 }
+
+/** The call's value, or undefined when what it reads or removes is not there (404). */
+export const ifFound = ifFoundBy(isNotFound);
 
 export function statusCode(err: unknown): number | undefined {
   return (err as { statusCode?: number } | undefined)?.statusCode;

@@ -15,7 +15,7 @@ import type {
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
 import type { DockerEngine } from './engine';
-import { daemonMessage, ignoreMissing, statusCode } from './engine';
+import { daemonMessage, ifFound, statusCode } from './engine';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, KILL_ALL_REFUSED, envList } from '../trial-container';
 import { StepShell } from './shell';
@@ -118,7 +118,7 @@ export class DockerExec {
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
-    const state = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.State;
+    const state = (await ifFound(this.docker.getContainer(handle.id).inspect()))?.State;
     return state !== undefined && state.Running && !state.Paused && !state.Restarting;
   }
 
@@ -162,7 +162,7 @@ export class DockerExec {
    */
   async killAll(handle: EnvironmentHandle): Promise<void> {
     // Never `kill -9 -1` in a container that shares another's (or the host's) processes: it would kill those too.
-    const pidMode = (await ignoreMissing(this.docker.getContainer(handle.id).inspect()))?.HostConfig?.PidMode ?? '';
+    const pidMode = (await ifFound(this.docker.getContainer(handle.id).inspect()))?.HostConfig?.PidMode ?? '';
     if (pidMode !== '' && pidMode !== 'private') return this.restart(handle.id, `pid mode ${pidMode}`);
     let killed: { exitCode: number | null };
     try {

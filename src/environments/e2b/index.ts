@@ -36,7 +36,7 @@ import { E2B_KILL_ALL } from './kill-all';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
 import type { Sandbox } from './client';
-import { sdk } from './client';
+import { ifFound, sdk } from './client';
 import type { E2BSettings } from './settings';
 import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';
@@ -200,13 +200,8 @@ export class E2BEnvironment implements Environment {
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
-    return withE2BQuota('sandbox info', this.quotaWaitMs, () => sdk().Sandbox.getInfo(handle.id)).then(
-      (info) => info.state === 'running',
-      (err: unknown) => {
-        if (err instanceof sdk().SandboxNotFoundError) return false;
-        throw err;
-      }
-    );
+    const info = await ifFound(withE2BQuota('sandbox info', this.quotaWaitMs, () => sdk().Sandbox.getInfo(handle.id)));
+    return info?.state === 'running';
   }
 
   /** A sandbox cannot be stopped and kept here (pausing keeps it billed for storage): stopping kills it. */

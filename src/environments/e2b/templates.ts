@@ -12,7 +12,7 @@ import { TaskEnvironmentError } from '../../contracts/environment';
 import { quotaMaxWaitMs } from '../cloud/quota';
 import { e2bQuotaMessage, withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
-import { sdk } from './client';
+import { ifFound, sdk } from './client';
 import { JOB_TAG_PREFIX, PREBUILT_TAG, isSnapshotOf, parseReference, templateName } from './names';
 import type { E2BSettings } from './settings';
 
@@ -85,16 +85,12 @@ function isTaskBuildFailure(err: unknown): boolean {
 
 /** Releases the job's tag; with no job's tag left (and not prebuilt), deletes the template. */
 export async function releaseTemplate(image: string, quotaWaitMs: QuotaWaitMs): Promise<boolean> {
-  const { Template, Sandbox, TemplateError } = sdk();
+  const { Template, Sandbox } = sdk();
   const { name, tag } = parseReference(image);
   if (!tag.startsWith(JOB_TAG_PREFIX)) return true;
   if (!(await withE2BQuota('template lookup', quotaWaitMs, () => Template.exists(name)))) return true;
-  try {
-    await withE2BQuota('template untag', quotaWaitMs, () => Template.removeTags(name, [tag]));
-  } catch (err) {
-    // Released already (an earlier attempt): idempotent.
-    if (!(err instanceof TemplateError && /\b404\b|not found/i.test(err.message))) throw err;
-  }
+  // Released already (an earlier attempt): idempotent.
+  await ifFound(withE2BQuota('template untag', quotaWaitMs, () => Template.removeTags(name, [tag])));
   const tags = await withE2BQuota('template tags', quotaWaitMs, () => Template.getTags(name));
   if (tags.some((t) => t.tag.startsWith(JOB_TAG_PREFIX) || t.tag === PREBUILT_TAG)) return true;
   // Its install snapshots first (they are templates of their own). E2B's SDK deletes a template through

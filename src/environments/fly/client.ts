@@ -6,6 +6,7 @@
 import { z } from 'zod';
 
 import { withQuotaBackoff } from '../cloud/quota';
+import { ifFoundBy } from '../kit/not-found';
 
 export const DEFAULT_FLY_API = 'https://api.machines.dev';
 
@@ -51,6 +52,14 @@ export class FlyApiError extends Error {
     this.name = 'FlyApiError';
   }
 }
+
+/** Fly's reply that an app or machine is not there. */
+export function isNotFound(err: unknown): boolean {
+  return err instanceof FlyApiError && err.status === 404;
+}
+
+/** The call's value, or undefined when Fly says what it reads or removes is not there. */
+export const ifFound = ifFoundBy(isNotFound);
 
 /** Fly's message when the error is its quota or rate-limit reply (for withQuotaBackoff), else null. */
 export function flyQuotaMessage(err: unknown): string | null {
@@ -109,11 +118,7 @@ export class FlyApi {
 
   /** Destroys the machine (running or not); a machine already gone is no error. */
   async destroy(app: string, id: string): Promise<void> {
-    try {
-      await this.call('DELETE', `${this.path(app, id)}?force=true`, `destroying ${id}`);
-    } catch (err) {
-      if (!(err instanceof FlyApiError && err.status === 404)) throw err;
-    }
+    await ifFound(this.call('DELETE', `${this.path(app, id)}?force=true`, `destroying ${id}`));
   }
 
   private path(app: string, id: string): string {

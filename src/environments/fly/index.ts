@@ -28,7 +28,7 @@ import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from '../docker/engine';
 import { RegistryImages } from '../image-builder/registry-images';
 import type { FlyMachineConfig } from './client';
-import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './client';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError, ifFound } from './client';
 import { flyGuestSize } from './guest';
 import { FLY_KILL_ALL, MachineExec, machineRef } from './exec';
 import type { FlySettings } from './settings';
@@ -145,12 +145,7 @@ export class FlyEnvironment implements Environment {
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
     const { app, id } = machineRef(handle);
-    try {
-      return (await this.api().machine(app, id)).state === 'started';
-    } catch (err) {
-      if (err instanceof FlyApiError && err.status === 404) return false;
-      throw err;
-    }
+    return (await ifFound(this.api().machine(app, id)))?.state === 'started';
   }
 
   async killAll(handle: EnvironmentHandle): Promise<void> {

@@ -27,7 +27,7 @@ import { log } from '../../log';
 import { dockerfileFrontendImage, ensureDockerfileFrontend, frontendNeed } from './dockerfile-frontend';
 import { missingFrontendProblem } from './dockerfile-problems';
 import type { DockerEngine } from '../docker/engine';
-import { abortable, statusCode } from '../docker/engine';
+import { abortable, ifFound, statusCode } from '../docker/engine';
 
 const IMAGE_REPOSITORY = 'rollout-env';
 /** Lines of build output kept for the error message of a failed build. */
@@ -233,13 +233,7 @@ export class ImageBuilder {
    * deployment, whoever built the image itself (a present docker_image, another job's); `rollout build`'s stay.
    */
   async removeImage(reference: string): Promise<boolean> {
-    const info = await this.engine.docker
-      .getImage(reference)
-      .inspect()
-      .catch((err: unknown) => {
-        if (statusCode(err) === 404) return undefined;
-        throw err;
-      });
+    const info = await ifFound(this.engine.docker.getImage(reference).inspect());
     if (!info) return true;
     const labels = info.Config?.Labels ?? {};
     const base = reference.slice(0, reference.lastIndexOf('-'));

@@ -8,6 +8,7 @@ import type * as KubernetesClient from '@kubernetes/client-node';
 import type { CoreV1Api, Exec, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
 
 import { firstLine } from '../exec-output';
+import { ifFoundBy } from '../kit/not-found';
 
 /** One kubeconfig context: its API clients. */
 export interface Cluster {
@@ -92,6 +93,9 @@ function defaultKubeConfig(): KubeConfig {
 export function isNotFound(err: unknown): boolean {
   return err instanceof client().ApiException && err.code === 404;
 }
+
+/** The call's value, or undefined when the cluster says what it reads or removes is not there. */
+export const ifFound = ifFoundBy(isNotFound);
 
 export function isAlreadyExists(err: unknown): boolean {
   return err instanceof client().ApiException && err.code === 409;

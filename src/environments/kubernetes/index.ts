@@ -31,7 +31,7 @@ import { RegistryImages } from '../image-builder/registry-images';
 import { DockerEngine } from '../docker/engine';
 import { KILL_ALL } from '../trial-container';
 import type { PodRef } from './client';
-import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './client';
+import { Clusters, RateLimiter, apiMessage, client, ifFound } from './client';
 import { PodExec } from './exec';
 import { TrialNetworkPolicies } from './network-policy';
 import { podFiles } from './files';
@@ -177,15 +177,8 @@ export class KubernetesEnvironment implements Environment {
   async remove(handle: EnvironmentHandle): Promise<void> {
     this.execs.forget(handle.id);
     const ref = parseHandleId(handle.id);
-    try {
-      await this.clusters.get(ref.context).core.deleteNamespacedPod({
-        name: ref.name,
-        namespace: ref.namespace,
-        gracePeriodSeconds: 0,
-      });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
+    const { core } = this.clusters.get(ref.context);
+    await ifFound(core.deleteNamespacedPod({ name: ref.name, namespace: ref.namespace, gracePeriodSeconds: 0 }));
   }
 
   removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {

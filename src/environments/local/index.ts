@@ -16,6 +16,7 @@ import type {
 import { INSTRUCTION_FILE } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { makeRealDirectory } from '../host-files';
+import { ifPresent } from '../../files/absent';
 import { killProcess, runCommand } from './exec';
 
 /** Container paths a local environment maps into its root folder. */
@@ -126,7 +127,7 @@ export class LocalEnvironment implements Environment {
     budget?: CollectBudget
   ): Promise<void> {
     const source = mapContainerPath(handle.id, containerPath);
-    if (!(await lstat(source).catch(() => undefined))) return;
+    if (!(await ifPresent(lstat(source)))) return;
     await mkdir(hostDir, { recursive: true });
     await copyRegular(source, hostDir, budget);
   }

@@ -10,6 +10,7 @@ import { ModalClient, NotFoundError, ResourceExhaustedError } from 'modal';
 
 import { log } from '../../log';
 import { withQuotaBackoff } from '../cloud/quota';
+import { ifFoundBy } from '../kit/not-found';
 import type { ModalSettings } from './settings';
 
 /** gRPC status codes the SDK's errors carry (nice-grpc's ClientError.code). */
@@ -133,11 +134,14 @@ export function isQuota(err: unknown): boolean {
   return err instanceof ResourceExhaustedError || grpcCode(err) === RESOURCE_EXHAUSTED;
 }
 
-/** A sandbox (or image) that no longer exists, or a sandbox that has finished. */
-export function isGone(err: unknown): boolean {
+/** Modal's reply that a sandbox (or image) is not there: it no longer exists, or (a sandbox) it has finished. */
+export function isNotFound(err: unknown): boolean {
   const code = grpcCode(err);
   return err instanceof NotFoundError || code === NOT_FOUND || code === FAILED_PRECONDITION;
 }
+
+/** The call's value, or undefined when Modal says what it reads or removes is not there. */
+export const ifFound = ifFoundBy(isNotFound);
 
 function grpcCode(err: unknown): number | undefined {
   const code = (err as { code?: unknown } | null)?.code;

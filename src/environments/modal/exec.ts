@@ -17,7 +17,7 @@ import { OutputTail, TextSink } from '../exec-output';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
 import type { ModalConnection } from './client';
-import { isGone, sdkMessage } from './client';
+import { isNotFound, sdkMessage } from './client';
 
 /** Bytes per stdin write: each is one call to the sandbox's command router. */
 const STDIN_BATCH = 1024 * 1024;
@@ -117,7 +117,7 @@ export class SandboxExec {
       const sandbox = await this.connection.sandbox(handle.id);
       return (await this.connection.withQuotaBackoff('polling a sandbox', () => sandbox.poll())) === null;
     } catch (err) {
-      if (isGone(err)) return false;
+      if (isNotFound(err)) return false;
       throw err;
     }
   }
@@ -206,6 +206,6 @@ async function writeAll(process: ContainerProcess<Uint8Array>, source: Readable)
 
 /** A sandbox that is gone (terminated, past its timeout) is Modal's doing or the janitor's: an infrastructure error. */
 function lost(handle: EnvironmentHandle, err: unknown): Error {
-  if (isGone(err)) return new Error(`modal sandbox ${handle.id} is gone: ${sdkMessage(err)}`, { cause: err });
+  if (isNotFound(err)) return new Error(`modal sandbox ${handle.id} is gone: ${sdkMessage(err)}`, { cause: err });
   return err instanceof Error ? err : new Error(String(err));
 }

@@ -12,7 +12,7 @@ import { hasDockerfileIn } from '../dockerfile';
 import type { BuildRequest, BuildResult } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import type { ModalConnection } from './client';
-import { isGone } from './client';
+import { ifFound } from './client';
 import { modalImageRecipe } from './dockerfile';
 import { ModalSettingsSchema } from './settings';
 
@@ -79,11 +79,7 @@ export class ModalImages {
   async remove(image: string, inUse: (imageId: string) => Promise<boolean>): Promise<boolean> {
     if (!IMAGE_ID.test(image)) return true;
     if (await inUse(image)) return false;
-    try {
-      await this.connection.client.images.delete(image);
-    } catch (err) {
-      if (!isGone(err)) throw err;
-    }
+    await ifFound(this.connection.client.images.delete(image));
     return true;
   }
 

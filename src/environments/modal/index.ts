@@ -35,7 +35,7 @@ import type { ListedSandbox } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { KEEP_ALIVE, KILL_ALL } from '../trial-container';
-import { ModalConnection, isGone, sdkMessage } from './client';
+import { ModalConnection, ifFound, sdkMessage } from './client';
 import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';
 import { ModalImages } from './images';
@@ -186,10 +186,8 @@ export class ModalEnvironment implements Environment {
 
   async remove(handle: EnvironmentHandle): Promise<void> {
     try {
-      const sandbox = await this.connection.sandbox(handle.id);
-      await this.connection.withQuotaBackoff('terminating a sandbox', () => sandbox.terminate());
-    } catch (err) {
-      if (!isGone(err)) throw err;
+      const sandbox = await ifFound(this.connection.sandbox(handle.id));
+      if (sandbox) await ifFound(this.connection.withQuotaBackoff('terminating a sandbox', () => sandbox.terminate()));
     } finally {
       this.execs.forget(handle.id);
       this.connection.forget(handle.id);
@@ -230,12 +228,8 @@ export class ModalEnvironment implements Environment {
     });
     const tagged: ListedSandbox[] = [];
     for (const sandbox of listed) {
-      const tags = await this.connection
-        .withQuotaBackoff('reading tags', () => sandbox.getTags())
-        .catch((err: unknown) => {
-          if (isGone(err)) return null; // ended since the listing
-          throw err;
-        });
+      // None when it ended since the listing.
+      const tags = (await ifFound(this.connection.withQuotaBackoff('reading tags', () => sandbox.getTags()))) ?? null;
       tagged.push({ id: sandbox.sandboxId, labels: tags && labelsOfModalTags(tags) });
     }
     return tagged;

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 
 import type { InstallSnapshots } from '../../contracts/environment';
 import type { ModalConnection } from './client';
-import { isGone } from './client';
+import { ifFound } from './client';
 import { labelsOfModalTags } from './tags';
 
 /** How long Modal keeps an install snapshot: a week of runs reuse it, and an abandoned one costs little for long. */
@@ -23,12 +23,7 @@ function snapshotName(baseImage: string, key: string): string {
 export function modalInstallSnapshots(connection: ModalConnection, imageTag: string): InstallSnapshots {
   return {
     async find(baseImage, key) {
-      try {
-        return (await connection.client.images.fromName(snapshotName(baseImage, key))).imageId;
-      } catch (err) {
-        if (isGone(err)) return null;
-        throw err;
-      }
+      return (await ifFound(connection.client.images.fromName(snapshotName(baseImage, key))))?.imageId ?? null;
     },
     async take(handle, key) {
       const sandbox = await connection.sandbox(handle.id);

@@ -1,19 +1,18 @@
 /**
  * DockerEnvironment against the real Docker engine (never skipped: an unreachable daemon fails the suite with the
  * reason): build once per content hash, build failures, resource limits, exec with a timeout that kills every process,
- * uploads, downloads that never follow links or leave the target folder, and removal by label.
+ * uploads, downloads that never follow links or leave the target folder, and removal by label. (extractArchive's own
+ * hostile-entry tests are in test/unit/kit.tar-entry.test.ts.)
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, lstat, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, mkdtemp, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 
 import Docker from 'dockerode';
-import tarStream from 'tar-stream';
 
 import { DockerEnvironment } from '../../../src/environments/docker';
 import { environmentKey } from '../../../src/environments/env-key';
@@ -27,7 +26,7 @@ import {
   LABEL_TRIAL,
   TaskEnvironmentError,
 } from '../../../src/contracts/environment';
-import { CollectBudget, extractArchive } from '../../../src/environments/host-files';
+import { CollectBudget } from '../../../src/environments/host-files';
 import { collectArtifacts } from '../../../src/trial/artifacts';
 import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { containersOfJob, removeJobLeftovers } from '../../support/docker';
@@ -512,112 +511,5 @@ describe('DockerEnvironment', () => {
     assert.equal(await environment.removeImage(image), true);
     assert.equal(await environment.removeImage(image), true, 'idempotent');
     assert.deepEqual(await containersOfJob(jobName), [], 'no container of the job left');
-  });
-});
-
-describe('extractArchive', () => {
-  after(() => Promise.all(scratch.map((dir) => rm(dir, { recursive: true, force: true }))));
-
-  /** A tar as a hostile container could hand back, entries named freely. */
-  function archiveOf(entries: { name: string; type?: 'file' | 'directory' | 'symlink' | 'link'; text?: string }[]) {
-    const pack = tarStream.pack();
-    for (const { name, type = 'file', text = '' } of entries) {
-      if (type === 'symlink' || type === 'link') pack.entry({ name, type, linkname: '/etc/passwd' });
-      else if (type === 'directory') pack.entry({ name, type });
-      else pack.entry({ name }, text);
-    }
-    pack.finalize();
-    return pack.pipe(new PassThrough());
-  }
-
-  it('writes nothing outside the target folder, whatever the entry names', async () => {
-    const parent = await scratchDir();
-    const target = path.join(parent, 'target');
-    await extractArchive(
-      archiveOf([
-        { name: 'logs', type: 'directory' },
-        { name: 'logs/ok.txt', text: 'ok' },
-        { name: 'logs/../escaped.txt', text: 'escaped' },
-        { name: 'logs/../../escaped2.txt', text: 'escaped' },
-        { name: '../../escaped3.txt', text: 'escaped' },
-        { name: 'logs/a/../../../escaped4.txt', text: 'escaped' },
-        { name: 'logs/hard', type: 'link' },
-        { name: 'logs/soft', type: 'symlink' },
-        { name: 'logs/dir/./deep.txt', text: 'deep' },
-      ]),
-      target
-    );
-    assert.deepEqual(await readdir(parent), ['target']);
-    assert.deepEqual((await readdir(target)).sort(), ['dir', 'ok.txt']);
-    assert.equal(await readFile(path.join(target, 'dir', 'deep.txt'), 'utf8'), 'deep');
-  });
-
-  it('takes only the chosen folders, and stops (false) where one of them is not a folder', async () => {
-    const selection = { folders: ['agent', 'verifier'], maxSkippedBytes: 100 };
-    const target = await scratchDir();
-    const complete = await extractArchive(
-      archiveOf([
-        { name: 'logs', type: 'directory' },
-        { name: 'logs/agent', type: 'directory' },
-        { name: 'logs/agent/a.txt', text: 'a' },
-        { name: 'logs/artifacts/big.txt', text: 'x'.repeat(60) },
-        { name: 'logs/trial.log', text: 'forged' },
-        { name: 'logs/verifier/reward.txt', text: '1' },
-        { name: 'logs/verifier-not/x.txt', text: 'x' },
-        // Inside hostDir, but out of the chosen folders: the trial folder's own files.
-        { name: 'logs/agent/../sandboxes.jsonl', text: 'forged' },
-        { name: 'logs/verifier/x/../../trial.log', text: 'forged' },
-      ]),
-      target,
-      undefined,
-      '',
-      selection
-    );
-    assert.equal(complete, true);
-    assert.deepEqual((await readdir(target)).sort(), ['agent', 'verifier']);
-    assert.equal(await readFile(path.join(target, 'verifier', 'reward.txt'), 'utf8'), '1');
-
-    const fileForFolder = archiveOf([{ name: 'logs/agent', text: 'a file' }]);
-    assert.equal(await extractArchive(fileForFolder, await scratchDir(), undefined, '', selection), false);
-    const tooMuchElse = archiveOf([{ name: 'logs/other.bin', text: 'x'.repeat(101) }]);
-    assert.equal(await extractArchive(tooMuchElse, await scratchDir(), undefined, '', selection), false);
-  });
-
-  it('reports the files it collected, not the folders holding them; the limit bounds both', async () => {
-    const entries = [
-      { name: 'logs', type: 'directory' as const },
-      { name: 'logs/agent', type: 'directory' as const },
-      { name: 'logs/agent/a.txt', text: 'a' },
-      { name: 'logs/agent/b.txt', text: 'b' },
-      { name: 'logs/verifier', type: 'directory' as const },
-      { name: 'logs/verifier/reward.txt', text: '1' },
-      { name: 'logs/verifier/test-stdout.txt', text: 'ok' },
-    ];
-    const budget = new CollectBudget({ maxFiles: 100, maxBytes: 1000 });
-    await extractArchive(archiveOf(entries), await scratchDir(), budget);
-    assert.deepEqual(budget.report(), { files: 4, bytes: 5, limit_reached: null, cut: [] });
-    const tight = new CollectBudget({ maxFiles: 3, maxBytes: 1000 });
-    await extractArchive(archiveOf(entries), await scratchDir(), tight);
-    assert.deepEqual(tight.report(), { files: 2, bytes: 2, limit_reached: 'files', cut: ['verifier'] });
-  });
-
-  it('never writes through a link already on the host, in a folder or a file', async () => {
-    const target = await scratchDir();
-    const elsewhere = await scratchDir();
-    await symlink(elsewhere, path.join(target, 'dir'));
-    await writeFile(path.join(elsewhere, 'file.txt'), 'untouched');
-    await symlink(path.join(elsewhere, 'file.txt'), path.join(target, 'file.txt'));
-    await extractArchive(
-      archiveOf([
-        { name: 'logs/dir/inner.txt', text: 'inner' },
-        { name: 'logs/file.txt', text: 'new' },
-      ]),
-      target
-    );
-    assert.deepEqual(await readdir(elsewhere), ['file.txt']);
-    assert.equal(await readFile(path.join(elsewhere, 'file.txt'), 'utf8'), 'untouched');
-    assert.ok((await lstat(path.join(target, 'dir'))).isDirectory());
-    assert.equal(await readFile(path.join(target, 'file.txt'), 'utf8'), 'new');
-    assert.equal((await stat(path.join(target, 'dir', 'inner.txt'))).size, 5);
   });
 });
