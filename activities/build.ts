@@ -9,7 +9,8 @@ import { formatProblem } from '../src/contracts/errors';
 import { taskEnvProblems } from '../src/task/task-env';
 import { verifierBuilds } from '../src/trial/verifier-build';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, taskFailure, tail, trialSecretEnv } from './context';
+import { heartbeating, loadTrialTask, taskFailure, tail, trialSecretEnv } from './context';
+import { log } from './secrets';
 
 export interface BuildInput {
   spec: TrialSpec;

@@ -2,7 +2,8 @@ import { installGate } from '../src/agents/install-gate';
 import { sandboxRemoved } from '../src/metrics/rollout-metrics';
 import type { TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
-import { heartbeating, log } from './context';
+import { heartbeating } from './context';
+import { log } from './secrets';
 import { removeRecordedSandboxes } from './sandbox-record';
 
 export interface CleanupInput {

@@ -7,8 +7,8 @@ import { jobFiles } from '../src/results/files';
 import { restoreGatewayCalls, setGatewayCallsAside } from '../src/results/gateway-calls';
 import type { CollectReport, EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
-import { heartbeating, log } from './context';
-import { markUnscrubbed, scrubTrialFolder } from './secrets';
+import { heartbeating } from './context';
+import { log, markUnscrubbed, scrubTrialFolder } from './secrets';
 import { archiveTaskStepLogs } from './task-step';
 import { CONTAINER_PATHS, LOG_FOLDERS, trialLayout } from '../src/contracts/paths';
 

@@ -14,6 +14,8 @@ import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/contracts/job-config';
 import { trialTaskDir } from '../src/registry/trial-task';
 import { appendTrialLog } from '../src/results/trial-log';
+import { SecretScrubber } from '../src/results/scrub';
+import { secretValuesOf } from '../src/secrets/key-names';
 import type { Task, TaskLoad } from '../src/task/load';
 import { loadTask } from '../src/task/load';
 import type { WorkerCaps } from '../src/task/worker-caps';
@@ -173,8 +175,14 @@ export function trialSecretEnv(spec: TrialSpec): Record<string, string> {
   }
 }
 
-export function log(spec: TrialSpec, step: string, message: string): Promise<void> {
-  return appendTrialLog(spec.jobDir, spec.trialName, step, message);
+/**
+ * A line about fetching the trial's task, written while its task (and so its env) is not loaded yet: nothing of the
+ * task's env can be in it, the worker's own secrets are redacted. Every other line goes through activities/secrets.ts
+ * `log`, which needs the loaded task (and would wait on this very fetch).
+ */
+function logTaskFetch(spec: TrialSpec, line: string): Promise<void> {
+  const scrubbed = new SecretScrubber(secretValuesOf(process.env)).scrub(line);
+  return appendTrialLog(spec.jobDir, spec.trialName, 'task', scrubbed);
 }
 
 /** Tasks loaded by this worker, by folder, with the modification times of the files they were loaded from. */
@@ -187,7 +195,7 @@ const TASK_FILES = ['task.toml', 'instruction.md', 'tests/test.sh', 'solution/so
  * were); a task that no longer validates is a task error, not something to retry.
  */
 export async function loadTrialTask(spec: TrialSpec): Promise<Task> {
-  const taskDir = await trialTaskDir(spec, (line) => log(spec, 'task', line));
+  const taskDir = await trialTaskDir(spec, (line) => logTaskFetch(spec, line));
   const times = await Promise.all(
     TASK_FILES.map((file) =>
       stat(path.join(taskDir, file)).then(

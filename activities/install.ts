@@ -2,7 +2,8 @@ import { agentInfo } from '../src/agents/config';
 import { installGate } from '../src/agents/install-gate';
 import type { AgentInfo } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
-import { heartbeating, log, taskFailure } from './context';
+import { heartbeating, taskFailure } from './context';
+import { log } from './secrets';
 import type { AgentStepInput } from './agent-run';
 import { installSnapshotKey, prepareAgentRun } from './agent-run';
 

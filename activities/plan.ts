@@ -1,5 +1,5 @@
 import { readPlanPage as readPlanFilePage } from '../src/job/plan-file';
-import type { PlannedTrial } from '../src/job/plan';
+import type { PlannedTrial } from '../src/contracts/trial';
 import { readJobJson } from '../src/storage/job-folder';
 import type { TrialResult } from '../src/results/trial-result';
 import { summaryFromResult } from '../src/results/trial-result';

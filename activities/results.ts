@@ -8,7 +8,6 @@ import type { JobResult } from '../src/results/job-result';
 import { earlierCallFiles } from '../src/results/earlier-runs';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { scrubbedValue } from '../src/results/scrub';
-import { appendTrialLog } from '../src/results/trial-log';
 import type { TrialResult } from '../src/results/trial-result';
 import type { TrialUsage } from '../src/contracts/trial';
 import { addCall, emptyUsage } from '../src/results/usage';
@@ -19,7 +18,7 @@ import { readJobJson, writeJobJson } from '../src/storage/job-folder';
 import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
 import type { TrialSpec } from '../src/contracts/trial';
-import { settleCollected, trialSecrets } from './secrets';
+import { log, settleCollected, trialSecrets } from './secrets';
 import { TRIAL_FILES, trialLayout } from '../src/contracts/paths';
 
 export interface WriteTrialResultInput {
@@ -51,16 +50,12 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
   }
   // A collect that died half-way left the container's files in place of the gateway's records, unscrubbed: settled
   // now, or this step fails. What is written here (error messages: a reward file's first bytes, an upstream's error
-  // body) is scrubbed before it is written.
+  // body) is scrubbed before it is written, and so is every trial.log line (`log`): none is written after the scrub
+  // unredacted, and one whose secrets cannot be worked out fails this step instead.
   await settleCollected(spec);
   result = scrubbedValue(result, await trialSecrets(spec));
   for (const error of result.cleanup_errors ?? []) {
-    await appendTrialLog(
-      spec.jobDir,
-      spec.trialName,
-      error.step,
-      `failed on ${error.host ?? 'no host'}: ${error.type}: ${error.message}`
-    );
+    await log(spec, error.step, `failed on ${error.host ?? 'no host'}: ${error.type}: ${error.message}`);
   }
   const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
   const agentDir = trialLayout(trialDir).agent;
@@ -144,10 +139,5 @@ export interface UploadTrialInput {
 export async function uploadTrial({ spec }: UploadTrialInput): Promise<void> {
   await settleCollected(spec);
   const { files } = await uploadTrialFolder(spec.jobDir, spec.trialName);
-  await appendTrialLog(
-    spec.jobDir,
-    spec.trialName,
-    'collect',
-    `${files} files uploaded to ${spec.jobDir}/${spec.trialName}`
-  );
+  await log(spec, 'collect', `${files} files uploaded to ${spec.jobDir}/${spec.trialName}`);
 }

@@ -4,7 +4,7 @@ import { LABEL_JOB, LABEL_TRIAL } from '../src/contracts/environment';
 import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import { bestEffort } from '../src/log';
 import { recordSandbox, recordedSandboxes } from '../src/results/sandbox-record';
-import { log } from './context';
+import { log } from './secrets';
 
 /**
  * Creates the trial's sandbox with `create`, recorded in the trial folder before the call (the labels it will carry)

@@ -14,6 +14,7 @@ import { resolveEnvWithSecrets } from '../src/env-vars';
 import { jobFiles } from '../src/results/files';
 import { restoreGatewayCalls } from '../src/results/gateway-calls';
 import { scrubSecrets, SecretScrubber } from '../src/results/scrub';
+import { appendTrialLog } from '../src/results/trial-log';
 import { literalSecretValues, secretValuesOf } from '../src/secrets/key-names';
 import type { Task } from '../src/task/load';
 import type { TrialSpec } from '../src/contracts/trial';
@@ -51,6 +52,17 @@ async function loadedTask(spec: TrialSpec): Promise<Task | undefined> {
     if (err instanceof ApplicationFailure && err.nonRetryable) return undefined;
     throw err;
   }
+}
+
+/**
+ * Appends to the trial's trial.log with the trial's secrets redacted first: lines are written before collect (its
+ * scrub covers them again), but also after it (stop, cleanup, upload, the result step) and while a trial runs, when
+ * its folder may be read or uploaded. When the secrets cannot be worked out, nothing is written and the caller fails:
+ * a line is never written unredacted.
+ */
+export async function log(spec: TrialSpec, step: string, message: string): Promise<void> {
+  const scrubbed = new SecretScrubber(await trialSecrets(spec)).scrub(message);
+  await appendTrialLog(spec.jobDir, spec.trialName, step, scrubbed);
 }
 
 /** Marks a trial folder whose files may hold secrets until scrubTrialFolder has run over it whole. */

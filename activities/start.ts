@@ -22,7 +22,8 @@ import type { WorkerCaps } from '../src/task/worker-caps';
 import { WORKER_CAPS_ERROR, workerCapExcess } from '../src/task/worker-caps';
 import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run';
 import type { ActivityDeps } from './context';
-import { heartbeating, loadTrialTask, log, taskFailure } from './context';
+import { heartbeating, loadTrialTask, taskFailure } from './context';
+import { log } from './secrets';
 import { recordedCreation, removeRecordedSandboxes } from './sandbox-record';
 
 export interface StartInput {

@@ -17,7 +17,8 @@ import { jobFiles } from '../src/results/files';
 import type { Task } from '../src/task/load';
 import { isDirectory, isFile } from '../src/files/absent';
 import type { EnvironmentHandle, TaskStepSpec, TrialSpec } from '../src/contracts/trial';
-import { log, taskFailure, tail } from './context';
+import { taskFailure, tail } from './context';
+import { log } from './secrets';
 import { CONTAINER_PATHS, CONTAINER_SHELL_PATHS, LOG_FOLDERS } from '../src/contracts/paths';
 
 /** The spec of a multi-step trial's step, by name. */

@@ -91,7 +91,8 @@ async function downloadRewardFiles(
 }
 import { taskStepSpec } from './task-step';
 import type { ActivityDeps } from './context';
-import { heartbeating, inPhaseNetwork, loadTrialTask, log, resolveTaskEnv, taskFailure } from './context';
+import { heartbeating, inPhaseNetwork, loadTrialTask, resolveTaskEnv, taskFailure } from './context';
+import { log } from './secrets';
 import { CONTAINER_PATHS, CONTAINER_SHELL_PATHS } from '../src/contracts/paths';
 
 export interface VerifyInput {

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { bundleWorkflowCode } from '@temporalio/worker';
 
 import { hostCacheDir } from '../src/host-cache';
-import { writeFileAtomic } from '../src/results/files';
+import { writeFileAtomic } from '../src/files/atomic';
 
 /** Compiled folders the workflows may import from (workflows/ imports types and pure helpers of src/). */
 const SOURCE_FOLDERS = ['workflows', 'src'];

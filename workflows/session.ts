@@ -20,7 +20,14 @@ import {
 
 import type { ProviderActivities } from '../activities';
 import type { SessionCommandInput } from '../activities/session';
-import type { SessionEnd, SessionInput, SessionRecord, StepOutcome, ToolCall } from '../src/contracts/session';
+import type {
+  SessionClaim,
+  SessionEnd,
+  SessionInput,
+  SessionRecord,
+  StepOutcome,
+  ToolCall,
+} from '../src/contracts/session';
 import { primaryReward } from '../src/results/job-stats';
 import { providerQueue } from '../src/contracts/queues';
 import type { EnvironmentHandle } from '../src/contracts/trial';
@@ -91,6 +98,7 @@ class SessionRun {
       ready_at: null,
       ended_at: null,
       host: null,
+      ...(input.policyVersion !== undefined ? { policy_version: input.policyVersion } : {}),
       steps: [],
     };
     this.claimed = !input.pooled;
@@ -183,8 +191,8 @@ class SessionRun {
   }
 
   handleSteps(): void {
-    setHandler(sessionStepUpdate, (call: ToolCall) => this.step(call), {
-      validator: (call: ToolCall) => {
+    setHandler(sessionStepUpdate, (call: ToolCall, options?: { policyVersion?: number }) => this.step(call, options), {
+      validator: (call: ToolCall, _options?: { policyVersion?: number }) => {
         if (this.endedBy) throw new Error(`session ended (${this.endedBy})`);
         if (call.name !== 'bash' && call.name !== 'submit') throw new Error(`unknown tool "${call.name}"`);
         if (call.name === 'bash' && typeof call.arguments.command !== 'string') {
@@ -194,16 +202,24 @@ class SessionRun {
     });
   }
 
-  private async step(call: ToolCall): Promise<StepOutcome> {
+  private async step(call: ToolCall, options: { policyVersion?: number } = {}): Promise<StepOutcome> {
     await condition(() => !this.busy && (this.handle !== null || this.endedBy !== null));
     if (!this.handle || this.endedBy) {
       throw ApplicationFailure.nonRetryable(`session ended (${this.endedBy})`, 'SessionEnded');
     }
     this.busy = true;
+    // Set when the step starts, as a job's call takes the version current when it starts.
+    if (options.policyVersion !== undefined) this.record.policy_version = options.policyVersion;
+    const version = this.record.policy_version;
     const startedAt = new Date();
     try {
       const outcome = await this.runStep(call, this.handle, this.record.steps.length + 1);
-      this.record.steps.push({ ...outcome, tool_call: call, started_at: startedAt.toISOString() });
+      this.record.steps.push({
+        ...outcome,
+        tool_call: call,
+        started_at: startedAt.toISOString(),
+        ...(version !== undefined ? { policy_version: version } : {}),
+      });
       setCurrentDetails(`**${this.input.sessionId}** (${this.input.spec.taskName}): ${this.record.steps.length} steps`);
       return outcome;
     } finally {
@@ -213,14 +229,14 @@ class SessionRun {
   }
 
   handleClaim(): void {
-    setHandler(sessionClaimUpdate, (claim) => this.claim(claim.idleTimeoutSec), {
-      validator: (_claim: { idleTimeoutSec?: number }) => {
+    setHandler(sessionClaimUpdate, (claim) => this.claim(claim), {
+      validator: (_claim: SessionClaim) => {
         if (this.claimed) throw new Error('session already claimed');
       },
     });
   }
 
-  private async claim(idle: number | undefined): Promise<{ ready_at: string }> {
+  private async claim({ idleTimeoutSec: idle, policyVersion }: SessionClaim): Promise<{ ready_at: string }> {
     await condition(() => this.handle !== null || this.endedBy !== null);
     if (!this.handle || this.endedBy) {
       throw ApplicationFailure.nonRetryable(`session ended (${this.endedBy})`, 'SessionEnded');
@@ -232,6 +248,7 @@ class SessionRun {
       throw ApplicationFailure.nonRetryable(this.record.error, 'SessionEnded');
     }
     this.claimed = true;
+    if (policyVersion !== undefined) this.record.policy_version = policyVersion;
     if (idle !== undefined) this.idleTimeoutSec = Math.min(idle, this.idleTimeoutSec);
     this.lastActivity = Date.now();
     return { ready_at: this.record.ready_at! };

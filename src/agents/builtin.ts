@@ -5,6 +5,7 @@
  */
 import type { z } from 'zod';
 
+import { AGENTS_ROOT } from '../contracts/paths';
 import type { PythonVersion } from './python-runtime';
 
 export const WIRE_APIS = ['anthropic-messages', 'openai-chat-completions', 'openai-responses', 'gemini'] as const;
@@ -27,9 +28,6 @@ export type InstallSource =
       /** The oldest Python it runs on (default 3.10): see python-runtime.ts for where a newer one comes from. */
       minPython?: PythonVersion;
     };
-
-/** In-container folder that holds Rollout's agent installs: one prefix per agent and version, and Node 22. */
-export const AGENTS_ROOT = '/opt/rollout';
 
 /** What the headless run needs to know about one trial. */
 export interface RunContext<Kwargs> {

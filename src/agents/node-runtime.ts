@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 
 import { ifPresent } from '../files/absent';
 import { hostCacheDir } from '../host-cache';
-import { AGENTS_ROOT } from './builtin';
+import { AGENTS_ROOT } from '../contracts/paths';
 
 const run = promisify(execFile);
 

@@ -4,7 +4,7 @@
  * works the same on a job that just ran and on one that finished long ago.
  */
 import { InputError } from '../contracts/errors';
-import { writeFileAtomic } from '../results/files';
+import { writeFileAtomic } from '../files/atomic';
 import { readJobTrials } from '../results/job-folder';
 import type { JobResult } from '../results/job-result';
 import type { RewardMetrics } from '../results/job-stats';

@@ -119,7 +119,7 @@ export async function runJob(job: ResolvedJob, file: string, options: RunOptions
   }
   const plan = await planJob(job, { hostLostTimeoutSec: numberFromEnv('ROLLOUT_HOST_LOST_TIMEOUT_SEC') });
   if (isStoreUrl(job.jobs_dir)) {
-    const { packed, sent } = await packLocalTasks(plan, job.jobs_dir);
+    const { packed, sent } = await packLocalTasks(plan.trials, job.jobs_dir);
     if (packed > 0)
       log.info(`${packed} local task(s) packed into ${job.jobs_dir} (${sent} sent, the rest already there)`);
   }

@@ -16,6 +16,9 @@ export const CONTAINER_PATHS = {
   solution: '/solution',
 } as const;
 
+/** In-container folder that holds Rollout's agent installs: one prefix per agent and version, and Node 22. */
+export const AGENTS_ROOT = '/opt/rollout';
+
 /**
  * The container's folders as commands run in it name them: the paths above unless an environment maps them
  * elsewhere (local sets the variables).

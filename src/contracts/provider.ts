@@ -44,6 +44,9 @@ export interface RequirementTask {
   config: TaskConfig;
 }
 
+/** What the job's providers say of a task while it is loaded: a problem per thing they cannot run. */
+export type EnvironmentRequirement = (task: RequirementTask) => Promise<Problem[]>;
+
 /** A guest's CPUs and memory (MiB) as a cloud vendor sizes it. */
 export interface GuestSize {
   cpus: number;

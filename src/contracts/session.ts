@@ -24,6 +24,17 @@ export interface SessionInput {
   limits: SessionLimits;
   /** Started ahead of demand (warm pool): ready and parked until a client claims it. */
   pooled?: boolean;
+  /** The caller's policy version at creation (`POST /sessions {policy_version}`); stamped on each step. */
+  policyVersion?: number;
+}
+
+/**
+ * What a client may set with a claim or a step: a shorter idle timeout, a new policy version (the trainer updated its
+ * weights; steps from then on carry it).
+ */
+export interface SessionClaim {
+  idleTimeoutSec?: number;
+  policyVersion?: number;
 }
 
 export interface ToolCall {
@@ -50,6 +61,8 @@ export interface StepOutcome {
 export interface SessionStep extends StepOutcome {
   tool_call: ToolCall;
   started_at: string;
+  /** The session's policy version when the step ran (as a job's model calls carry theirs); absent when never set. */
+  policy_version?: number;
 }
 
 export type SessionEnd = 'submitted' | 'deleted' | 'idle' | 'max_lifetime' | 'failed';
@@ -69,6 +82,8 @@ export interface SessionRecord {
   ready_at: string | null;
   ended_at: string | null;
   host: string | null;
+  /** The session's policy version now: set at creation or claim, changed by a step's `policy_version`. */
+  policy_version?: number;
   steps: SessionStep[];
 }
 

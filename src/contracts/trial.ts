@@ -242,3 +242,9 @@ export interface TrialUsage {
   /** Milliseconds calls waited at the gateway: shared rate limits, a concurrency slot, retry backoff; absent before. */
   waited_ms?: number;
 }
+
+/** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
+export interface PlannedTrial {
+  spec: TrialSpec;
+  envLast: boolean;
+}

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 
-import { writeFileAtomic } from '../results/files';
+import { writeFileAtomic } from '../files/atomic';
 import { hostCacheDir } from '../host-cache';
 import type { StartFile } from '../contracts/environment';
 import { ifPresent } from '../files/absent';

@@ -170,6 +170,9 @@ function selectedBy(
 function entryPath(header: tarStream.Header): string | undefined {
   if (header.type !== 'file' && header.type !== 'directory') return undefined;
   const parts = header.name.split('/').filter((part) => part !== '' && part !== '.');
+  // No archive of real files names `..`: such an entry (a hostile sandbox's tar) could leave its chosen folder for
+  // the trial folder's own files (sandboxes.jsonl, trial.log) while staying inside hostDir.
+  if (parts.includes('..')) return undefined;
   if (parts.length > 1) return parts.slice(1).join('/');
   return header.type === 'file' ? parts[0] : undefined;
 }

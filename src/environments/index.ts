@@ -8,14 +8,13 @@ import path from 'node:path';
 import type { Problem } from '../contracts/errors';
 import { InputError } from '../contracts/errors';
 import { providerKeys } from '../contracts/job-config';
-import type { EnvironmentRequirement } from '../task/load';
 import { parseBytes, parseCpus } from '../contracts/quantity';
 import { taskCapProblems } from '../task/caps';
 import { separateVerifierEnvironment, taskResources } from '../contracts/task-config';
 import { isRefusal, wantedGuest } from './cloud/guest-size';
 import { taskComposeFile } from './docker/compose';
 import type { Environment, EnvironmentOwner, ProviderSettings } from '../contracts/environment';
-import type { Capability, EnvironmentProvider, RequirementTask } from '../contracts/provider';
+import type { Capability, EnvironmentProvider, EnvironmentRequirement, RequirementTask } from '../contracts/provider';
 import { ProviderConfigError } from '../contracts/provider';
 import { ENVIRONMENT_TYPES, builtinProvider } from './registry';
 

@@ -5,7 +5,7 @@
  * grant of the deployment's pace (`environment.creates_per_second`, shared through Temporal:
  * src/temporal/creation-rate.ts). Providers without a pace are not gated.
  */
-import { AdaptiveLimit } from '../gateway/adaptive-limit';
+import { AdaptiveLimit } from '../adaptive-limit';
 import { CloudQuotaError } from './cloud/quota';
 import { observingQuotaReplies } from './quota-replies';
 

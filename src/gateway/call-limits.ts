@@ -5,8 +5,8 @@
  */
 import type http from 'node:http';
 
-import type { AdaptiveLimitOptions } from './adaptive-limit';
-import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from './adaptive-limit';
+import type { AdaptiveLimitOptions } from '../adaptive-limit';
+import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from '../adaptive-limit';
 import type { Vendor } from './dialect';
 import type { SharedConcurrency, SharedRateLimits } from './rate-limits';
 import { estimatedInputTokens, matchingRules, mergedRules } from './rate-limits';

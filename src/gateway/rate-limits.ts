@@ -5,7 +5,7 @@
  */
 import { minimatch } from 'minimatch';
 
-import type { AdaptiveLimit } from './adaptive-limit';
+import type { AdaptiveLimit } from '../adaptive-limit';
 import type { Vendor } from './dialect';
 import type { RateLimitRule } from '../contracts/job-config';
 

@@ -1,7 +1,8 @@
 import path from 'node:path';
 
 import type { Problem } from '../contracts/errors';
-import type { EnvironmentRequirement, Task } from '../task/load';
+import type { EnvironmentRequirement } from '../contracts/provider';
+import type { Task } from '../task/load';
 import { listDataset, loadEntries } from '../task/load';
 import type { TaskSelection } from './select';
 import { selectTasks } from './select';

@@ -1,6 +1,6 @@
 import { isFolderName } from '../files/inside';
 import { jobStore, verifySignedJobFile, writeSignedJobFile } from '../storage/job-folder';
-import type { PlannedTrial } from './plan';
+import type { PlannedTrial } from '../contracts/trial';
 
 const PLAN_FILE = 'plan.jsonl';
 

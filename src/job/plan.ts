@@ -17,7 +17,7 @@ import { InputError, formatProblem } from '../contracts/errors';
 import { MAX_TIMER_SEC } from '../contracts/job-config';
 import { overrideCapProblems } from '../task/caps';
 import type { TaskResources } from '../contracts/task-config';
-import type { MultiStepSpec, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
+import type { MultiStepSpec, PlannedTrial, StepTimeouts, TrialResources, TrialSpec } from '../contracts/trial';
 import { readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl, joinStoreUrl } from '../storage/location';
 import { loadJobDatasets } from './datasets';
@@ -25,12 +25,6 @@ import type { ResolvedJob } from './load';
 import type { AgentConfig } from '../contracts/job-config';
 import { providerKeys } from '../contracts/job-config';
 import { DEFAULT_RETRY_POLICY } from '../trial/retry';
-
-/** A trial as the plan file stores it: its spec, and whether it is the last trial of its environment. */
-export interface PlannedTrial {
-  spec: TrialSpec;
-  envLast: boolean;
-}
 
 export interface JobPlan {
   /** The job with its registry datasets pinned to full commits: what config.json keeps. */

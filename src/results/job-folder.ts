@@ -4,7 +4,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { ifPresent } from '../files/absent';
 import { childFolder } from '../files/inside';
 import { log } from '../log';
-import type { PlannedTrial } from '../job/plan';
+import type { PlannedTrial } from '../contracts/trial';
 import { jobFiles } from './files';
 import type { TrialResult } from './trial-result';
 

@@ -5,7 +5,8 @@ import { jobFiles } from './files';
 
 /**
  * `<trial>/trial.log`: one timestamped line per lifecycle event, appended as it happens so a running or crashed
- * trial can be followed. Callers never pass secret values here.
+ * trial can be followed. Activities write it through activities/secrets.ts `log`, which redacts the trial's secrets
+ * first.
  */
 export async function appendTrialLog(jobDir: string, trialName: string, step: string, message: string): Promise<void> {
   const file = jobFiles.trialLog(jobDir, trialName);

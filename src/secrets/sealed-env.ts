@@ -13,7 +13,7 @@ import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
-import { devServerConfig } from '../temporal/dev-server';
+import { rolloutStateDir } from '../state-dir';
 
 /** v1 (not bound to a trial) is refused: a v1 value copied into any trial's input would unseal there. */
 const VERSION = 'v2';
@@ -28,7 +28,7 @@ export function secretKey(): Buffer {
     if (key.length !== KEY_BYTES) throw new Error(`ROLLOUT_SECRET_KEY: expected base64 of ${KEY_BYTES} bytes`);
     return (cachedKey = key);
   }
-  const file = path.join(devServerConfig().stateDir, 'secret.key');
+  const file = path.join(rolloutStateDir(), 'secret.key');
   try {
     cachedKey = Buffer.from(readFileSync(file, 'utf8').trim(), 'base64');
   } catch (err) {

@@ -25,9 +25,9 @@ import {
 import { namedTrial } from '../api/rollout';
 import { boundedId } from '../job/plan';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
-import { RolloutJob, RolloutTask } from '../temporal/search-attributes';
+import { RolloutJob, RolloutTask } from '../../workflows/search-attributes';
 import { sessionTools } from '../trial/session-tools';
-import type { SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
+import type { SessionClaim, SessionLimits, SessionRecord, ToolCall } from '../contracts/session';
 import type { TrialSpec } from '../contracts/trial';
 import type { Route } from './route';
 import { WarmPool } from './warm-pool';
@@ -41,6 +41,8 @@ const CreateSchema = z.strictObject({
   dataset: z.string().optional(),
   /** A shorter idle timeout for this session than the server's (never a longer one). */
   idle_timeout_sec: z.number().positive().optional(),
+  /** The caller's policy version (its model's weights): stamped on each step until a step sets another. */
+  policy_version: z.number().int().nonnegative().optional(),
 });
 const StepSchema = z.strictObject({
   tool_call: z.looseObject({
@@ -48,6 +50,8 @@ const StepSchema = z.strictObject({
     // An object, or a JSON string as OpenAI tool calls carry them.
     arguments: z.union([z.record(z.string(), z.unknown()), z.string()]).default({}),
   }),
+  /** A new policy version (the trainer updated its weights): this step and the later ones carry it. */
+  policy_version: z.number().int().nonnegative().optional(),
 });
 const IdParams = z.object({ id: z.string().min(1) });
 const StepOutcomeSchema = z.object({
@@ -86,9 +90,9 @@ export class Sessions {
           await this.client.workflow.start(operation.workflowTypeOrFunc, operation.options);
           return sessionId;
         },
-        claim: (sessionId, idleTimeoutSec) =>
+        claim: (sessionId, claim) =>
           this.handle(sessionId)
-            .executeUpdate(sessionClaimUpdate, { args: [{ ...(idleTimeoutSec ? { idleTimeoutSec } : {}) }] })
+            .executeUpdate(sessionClaimUpdate, { args: [claim] })
             .then(
               () => true,
               (err: unknown) => {
@@ -125,7 +129,7 @@ export class Sessions {
           503: ErrorSchema,
         },
         handler: async ({ body }, reply) => {
-          const { task, dataset, idle_timeout_sec: idle } = body as z.infer<typeof CreateSchema>;
+          const { task, dataset, idle_timeout_sec: idle, policy_version } = body as z.infer<typeof CreateSchema>;
           if (dataset !== undefined && dataset !== this.datasetDir) {
             return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
           }
@@ -135,12 +139,16 @@ export class Sessions {
               error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
             });
           }
-          let sessionId = await this.pool.take(task, idle);
+          const claim = {
+            ...(idle !== undefined ? { idleTimeoutSec: idle } : {}),
+            ...(policy_version !== undefined ? { policyVersion: policy_version } : {}),
+          };
+          let sessionId = await this.pool.take(task, claim);
           if (!sessionId) {
             sessionId = randomUUID();
             try {
               await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
-                startWorkflowOperation: this.startOperation(task, sessionId, { idleTimeoutSec: idle }),
+                startWorkflowOperation: this.startOperation(task, sessionId, claim),
               });
             } catch (err) {
               if (err instanceof WorkflowUpdateFailedError) {
@@ -161,7 +169,7 @@ export class Sessions {
         responses: { 200: StepOutcomeSchema, 400: ErrorSchema, 404: ErrorSchema },
         handler: async ({ params, body }, reply) => {
           const { id } = params as { id: string };
-          const { tool_call: raw } = body as z.infer<typeof StepSchema>;
+          const { tool_call: raw, policy_version } = body as z.infer<typeof StepSchema>;
           let args: Record<string, unknown>;
           try {
             args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
@@ -170,7 +178,8 @@ export class Sessions {
           }
           const call: ToolCall = { name: raw.name, arguments: args };
           try {
-            return await this.handle(id).executeUpdate(sessionStepUpdate, { args: [call] });
+            const options = policy_version !== undefined ? { policyVersion: policy_version } : undefined;
+            return await this.handle(id).executeUpdate(sessionStepUpdate, { args: options ? [call, options] : [call] });
           } catch (err) {
             if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
             if (err instanceof WorkflowUpdateFailedError) {
@@ -227,13 +236,21 @@ export class Sessions {
     return this.pool.close();
   }
 
-  private startOperation(task: string, sessionId: string, options: { idleTimeoutSec?: number; pooled?: boolean }) {
+  private startOperation(task: string, sessionId: string, options: SessionClaim & { pooled?: boolean }) {
     const spec = namedTrial(this.tasks.get(task)!.spec, `session__${sessionId}`);
     const idleTimeoutSec = Math.min(options.idleTimeoutSec ?? Infinity, this.limits.idleTimeoutSec);
     return new WithStartWorkflowOperation<typeof sessionWorkflow>('sessionWorkflow', {
       workflowId: spec.trialId,
       taskQueue: JOB_TASK_QUEUE,
-      args: [{ sessionId, spec, limits: { ...this.limits, idleTimeoutSec }, pooled: options.pooled ?? false }],
+      args: [
+        {
+          sessionId,
+          spec,
+          limits: { ...this.limits, idleTimeoutSec },
+          pooled: options.pooled ?? false,
+          ...(options.policyVersion !== undefined ? { policyVersion: options.policyVersion } : {}),
+        },
+      ],
       workflowIdConflictPolicy: 'FAIL',
       staticSummary: `session ${sessionId} · ${task}${options.pooled ? ' (warm pool)' : ''}`,
       typedSearchAttributes: [

@@ -6,12 +6,13 @@
  * containers.
  */
 import { bestEffort } from '../log';
+import type { SessionClaim } from '../contracts/session';
 
 export interface WarmPoolOps {
   /** Starts a parked session of `task`; its id. */
   start(task: string): Promise<string>;
   /** Claims a parked session for a client; false when it is gone or its container is dead. */
-  claim(sessionId: string, idleTimeoutSec?: number): Promise<boolean>;
+  claim(sessionId: string, claim: SessionClaim): Promise<boolean>;
   end(sessionId: string): Promise<void>;
 }
 
@@ -39,11 +40,11 @@ export class WarmPool {
   }
 
   /** A claimed warm session of `task`, or undefined when none is parked (the caller starts one cold). */
-  async take(task: string, idleTimeoutSec?: number): Promise<string | undefined> {
+  async take(task: string, claim: SessionClaim = {}): Promise<string | undefined> {
     const parked = this.parked.get(task) ?? [];
     try {
       for (let id = parked.shift(); id !== undefined; id = parked.shift()) {
-        if (await this.ops.claim(id, idleTimeoutSec)) return id;
+        if (await this.ops.claim(id, claim)) return id;
       }
       return undefined;
     } finally {

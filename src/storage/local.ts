@@ -7,7 +7,7 @@ import { createWriteStream } from 'node:fs';
 
 import { ifPresent } from '../files/absent';
 import { keyPath } from '../files/inside';
-import { writeFileAtomic } from '../results/files';
+import { writeFileAtomic } from '../files/atomic';
 import type { Store, StoredFile } from '../contracts/store';
 import { temporarySibling } from './temporary';
 

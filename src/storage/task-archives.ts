@@ -15,7 +15,7 @@ import tarFs from 'tar-fs';
 import tarStream from 'tar-stream';
 
 import { isDirectory } from '../files/absent';
-import type { JobPlan } from '../job/plan';
+import type { PlannedTrial } from '../contracts/trial';
 import { tasksCacheRoot } from '../registry/git-cache';
 import { joinStoreUrl } from './location';
 import { openStore } from './store';
@@ -72,12 +72,15 @@ async function packTask(taskDir: string, scratch: string): Promise<{ file: strin
 }
 
 /**
- * Packs every local task of the plan (tasks without registry coordinates) into the store under `jobsDir`, once per
+ * Packs every local task of the planned trials (tasks without registry coordinates) into the store under `jobsDir`, once per
  * content (an archive already there is not sent again), and points their trials at it.
  */
-export async function packLocalTasks(plan: JobPlan, jobsDir: string): Promise<{ packed: number; sent: number }> {
+export async function packLocalTasks(
+  trials: PlannedTrial[],
+  jobsDir: string
+): Promise<{ packed: number; sent: number }> {
   const store = await openStore(joinStoreUrl(jobsDir, TASKS_FOLDER));
-  const dirs = [...new Set(plan.trials.filter((t) => !t.spec.taskSource).map((t) => t.spec.taskDir))];
+  const dirs = [...new Set(trials.filter((t) => !t.spec.taskSource).map((t) => t.spec.taskDir))];
   const present = new Set((await store.list('')).map((entry) => entry.key));
   const archives = new Map<string, TaskArchive>();
   const scratch = await mkdtemp(path.join(os.tmpdir(), 'rollout-pack-'));
@@ -94,7 +97,7 @@ export async function packLocalTasks(plan: JobPlan, jobsDir: string): Promise<{ 
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }
-  for (const { spec } of plan.trials) {
+  for (const { spec } of trials) {
     const archive = spec.taskSource ? undefined : archives.get(spec.taskDir);
     if (archive) spec.taskArchive = archive;
   }

@@ -6,6 +6,7 @@ import { parse as parseToml } from 'smol-toml';
 import type { Problem } from '../contracts/errors';
 import { zodProblems } from '../contracts/errors';
 import { ifPresent, isDirectory, isFile } from '../files/absent';
+import type { EnvironmentRequirement } from '../contracts/provider';
 import type { Task, TaskConfig, TaskStep } from '../contracts/task-config';
 import { TaskConfigSchema, taskResources } from '../contracts/task-config';
 
@@ -15,8 +16,6 @@ export type { Task, TaskStep } from '../contracts/task-config';
 export type TaskLoad = { task: Task; problems: [] } | { task?: undefined; problems: Problem[] };
 
 /** Which files an environment type needs in environment/ (the spec leaves this to each type). */
-export type EnvironmentRequirement = (task: { dir: string; config: TaskConfig }) => Promise<Problem[]>;
-
 export async function loadTask(dir: string, requirement?: EnvironmentRequirement): Promise<TaskLoad> {
   const absolute = path.resolve(dir);
   const tomlPath = path.join(absolute, 'task.toml');

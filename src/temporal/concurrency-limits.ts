@@ -14,7 +14,7 @@ import { WithStartWorkflowOperation } from '@temporalio/client';
 
 import type { concurrencyLimiterWorkflow } from '../../workflows';
 import { reportSlotsUpdate } from '../../workflows/concurrency-limiter';
-import { AdaptiveLimit } from '../gateway/adaptive-limit';
+import { AdaptiveLimit } from '../adaptive-limit';
 import { HOLDER_TTL_MS } from '../gateway/concurrency-share';
 import type { RateLimitRule } from '../contracts/job-config';
 import { log } from '../log';

@@ -6,7 +6,7 @@ import { devServerConfig, ensureDevServer } from './dev-server';
 import type { ProfileSetting, TemporalConnectionOptions } from './envconfig';
 import { loadTemporalProfile, TemporalConfigError } from './envconfig';
 import { rolloutDataConverter } from './payload-codec';
-import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
+import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { tlsPreflight } from './tls-preflight';
 
 /**

@@ -2,11 +2,11 @@ import { spawn } from 'node:child_process';
 import { existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
-import { homedir } from 'node:os';
 import path from 'node:path';
 
-import { ROLLOUT_SEARCH_ATTRIBUTES } from './search-attributes';
+import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { ifPresent } from '../files/absent';
+import { rolloutStateDir } from '../state-dir';
 
 /**
  * The embedded default: a local Temporal dev server (the `temporal` CLI) with SQLite persistence under the user's
@@ -20,10 +20,9 @@ export interface DevServerConfig {
 }
 
 export function devServerConfig(env: NodeJS.ProcessEnv = process.env): DevServerConfig {
-  const stateHome = env.XDG_STATE_HOME ?? path.join(homedir(), '.local', 'state');
   const port = Number(env.ROLLOUT_TEMPORAL_PORT ?? 7233);
   return {
-    stateDir: env.ROLLOUT_STATE_DIR ?? path.join(stateHome, 'rollout'),
+    stateDir: rolloutStateDir(env),
     ip: env.ROLLOUT_TEMPORAL_IP ?? '127.0.0.1',
     port,
     uiPort: Number(env.ROLLOUT_TEMPORAL_UI_PORT ?? port + 1000),

@@ -23,7 +23,12 @@ export function sessionTrajectory(record: SessionRecord, instruction: string, to
       message: '',
       tool_calls: [{ tool_call_id: id, function_name: step.tool_call.name, arguments: step.tool_call.arguments }],
       observation: { results: [{ source_call_id: id, content: step.observation }] },
-      extra: { reward: step.reward, finished: step.finished, ...info },
+      extra: {
+        reward: step.reward,
+        finished: step.finished,
+        ...info,
+        ...(step.policy_version !== undefined ? { policy_version: step.policy_version } : {}),
+      },
     });
   }
   return {

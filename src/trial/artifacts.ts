@@ -128,18 +128,24 @@ async function collectArtifact(
   }
   const [kind, staged] = probe.stdout.trim().split(' ');
   if (kind !== 'dir' && kind !== 'file') return null;
-  // A folder's contents land in the target folder; a file lands inside its parent under its own name.
-  const into = kind === 'dir' ? hostPath : path.dirname(hostPath);
+  // A folder's contents land in the target folder; a file lands inside its parent under its own name, except at the
+  // artifacts folder itself (a destination of `/` or `.`), whose parent is the trial folder: there it lands inside,
+  // under its own name, never beside the trial's own files (sandboxes.jsonl, trial.log, result.json).
+  const atRoot = hostPath === hostDir;
+  const into = kind === 'dir' || atRoot ? hostPath : path.dirname(hostPath);
   try {
     await environment.download(from, staged ?? entry.source, into, budget);
   } finally {
     if (staged) await environment.exec(from, { command: `rm -rf ${shellQuote(staged)}`, user: '0' });
   }
-  if (kind === 'file' && path.basename(hostPath) !== path.posix.basename(entry.source)) {
+  if (kind === 'file' && !atRoot && path.basename(hostPath) !== path.posix.basename(entry.source)) {
     // Renamed by its destination: download wrote it under its source name.
     await rename(path.join(into, path.posix.basename(entry.source)), hostPath);
   }
-  return { source: entry.source, hostPath };
+  return {
+    source: entry.source,
+    hostPath: atRoot && kind === 'file' ? path.join(into, path.posix.basename(entry.source)) : hostPath,
+  };
 }
 
 /** Puts each collected artifact into another environment at its source path (parents created). */

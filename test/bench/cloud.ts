@@ -18,7 +18,7 @@ import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
-import { FlyApi } from '../../src/environments/fly/api';
+import { FlyApi } from '../../src/environments/fly/client';
 import type { TrialResult } from '../../src/results/trial-result';
 import type { CloudStandIn, CloudVendor } from '../support/cloud-stand-in';
 import { delayedEnv } from '../support/latency-proxy';

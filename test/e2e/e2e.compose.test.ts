@@ -18,7 +18,7 @@ import { DockerEnvironment } from '../../src/environments/docker';
 import { LABEL_COMPOSE_PROJECT } from '../../src/environments/docker/compose';
 import { refuseForeignSidecarTags } from '../../src/environments/docker/images';
 import { imageTag } from '../../src/environments/image-builder/builder';
-import { DockerEngine } from '../../src/environments/image-builder/engine';
+import { DockerEngine } from '../../src/environments/docker/engine';
 import {
   LABEL_DEPLOYMENT,
   LABEL_ENV_KEY,

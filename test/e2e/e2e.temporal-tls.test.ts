@@ -40,6 +40,13 @@ async function examplesJob(name: string): Promise<string> {
   return dir;
 }
 
+/** A self-signed certificate and its key in dir, made by openssl: a CA or a client this server never trusted. */
+function selfSignedCertificate(dir: string, commonName: string, keyFile: string, certFile: string): void {
+  const args = ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', `/CN=${commonName}`];
+  const made = spawnSync('openssl', [...args, '-keyout', keyFile, '-out', certFile], { cwd: dir, encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
+}
+
 /** stderr without Node's own warnings (not Rollout's output). */
 function rolloutLines(stderr: string): string[] {
   return stderr.split('\n').filter((line) => line.trim() && !/^\(node:\d+\)|^\(Use `node --trace/.test(line));
@@ -92,26 +99,7 @@ describe('Temporal with mTLS (temporal-cluster.sh up --tls)', { skip: !onCluster
 
   it('refuses a client certificate another CA signed: one line naming TEMPORAL_TLS_CLIENT_CERT_PATH, exit 3', async () => {
     const dir = await examplesJob(`${jobName}-othercert`);
-    const ca = spawnSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'rsa:2048',
-        '-nodes',
-        '-days',
-        '1',
-        '-subj',
-        '/CN=intruder',
-        '-keyout',
-        'other.key',
-        '-out',
-        'other.crt',
-      ],
-      { cwd: dir, encoding: 'utf8' }
-    );
-    assert.equal(ca.status, 0, ca.stderr);
+    selfSignedCertificate(dir, 'intruder', 'other.key', 'other.crt');
     const run = await runCli(['examples/job.yaml'], {
       cwd: dir,
       env: {
@@ -128,26 +116,7 @@ describe('Temporal with mTLS (temporal-cluster.sh up --tls)', { skip: !onCluster
 
   it('refuses a server certificate the configured CA did not sign: one line naming the CA setting, exit 3', async () => {
     const dir = await examplesJob(`${jobName}-otherca`);
-    const ca = spawnSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'rsa:2048',
-        '-nodes',
-        '-days',
-        '1',
-        '-subj',
-        '/CN=other-ca',
-        '-keyout',
-        'ca.key',
-        '-out',
-        'ca.crt',
-      ],
-      { cwd: dir, encoding: 'utf8' }
-    );
-    assert.equal(ca.status, 0, ca.stderr);
+    selfSignedCertificate(dir, 'other-ca', 'ca.key', 'ca.crt');
     const run = await runCli(['examples/job.yaml'], {
       cwd: dir,
       env: { ...env, TEMPORAL_TLS_SERVER_CA_CERT_PATH: path.join(dir, 'ca.crt') },

@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 
 import { parse } from 'yaml';
 
-import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../src/temporal/search-attributes';
+import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { REPO_ROOT } from '../support/temporal';
 
 const deploy = path.join(REPO_ROOT, 'deploy', 'temporal');

@@ -115,6 +115,9 @@ describe('deploy/kubernetes on a real API server', { skip }, () => {
       assert.equal(await can(verb, 'pods', '-n', NAMESPACE), 'yes', verb);
     assert.equal(await can('create', 'pods', '--subresource=exec', '-n', NAMESPACE), 'yes');
     assert.equal(await can('list', 'events', '-n', NAMESPACE), 'yes');
+    assert.equal(await can('create', 'networkpolicies.networking.k8s.io', '-n', NAMESPACE), 'yes');
+    for (const verb of ['update', 'patch', 'delete'])
+      assert.equal(await can(verb, 'networkpolicies.networking.k8s.io', '-n', NAMESPACE), 'no', verb);
     assert.equal(await can('get', 'secrets', '-n', NAMESPACE), 'no');
     assert.equal(await can('create', 'deployments', '-n', NAMESPACE), 'no');
     assert.equal(await can('create', 'pods', '-n', 'default'), 'no');

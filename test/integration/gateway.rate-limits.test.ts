@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 
-import { AdaptiveLimit } from '../../src/gateway/adaptive-limit';
+import { AdaptiveLimit } from '../../src/adaptive-limit';
 import { HOLDER_TTL_MS, allotSlots, fairShares } from '../../src/gateway/concurrency-share';
 import type { SlotHolder } from '../../src/gateway/concurrency-share';
 import { matchingRules, mergedRules } from '../../src/gateway/rate-limits';

@@ -56,6 +56,19 @@ function get(url: string, host?: string): Promise<{ status: number; body: string
   });
 }
 
+/** Runs `call` (an expression over `m`, the dist module `module`) in a process holding `key`: its output or error. */
+async function withKey(key: string, module: string, call: string): Promise<string> {
+  const file = path.join(REPO_ROOT, 'dist', 'src', ...module.split('/')) + '.js';
+  const script = `const m = require(${JSON.stringify(file)}); Promise.resolve().then(() => ${call})
+    .then((v) => console.log(JSON.stringify(v ?? null)), (e) => console.log('refused: ' + e.message))`;
+  const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], {
+    env: { ...process.env, ROLLOUT_SECRET_KEY: key },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return stdout.trim();
+}
+
 describe('object-store keys (H5): a bucket that holds keys with `..` (an S3 stand-in: MinIO refuses such keys)', () => {
   let bucket: AnyKeyBucket;
   let ws: string;
@@ -304,18 +317,6 @@ describe('job files workers act on (M7): config.json and plan.jsonl are signed, 
   const config = { name: 'job', agents: [{ name: 'solver', execute: 'echo honest' }] };
   const plan = [{ spec: { trialName: 't1', jobName: 'job' } }];
 
-  /** Runs `call` (an expression over `m`, the dist module `module`) in a process holding `key`: its output or error. */
-  async function withKey(key: string, module: string, call: string): Promise<string> {
-    const file = path.join(REPO_ROOT, 'dist', 'src', ...module.split('/')) + '.js';
-    const script = `const m = require(${JSON.stringify(file)}); Promise.resolve().then(() => ${call})
-      .then((v) => console.log(JSON.stringify(v ?? null)), (e) => console.log('refused: ' + e.message))`;
-    const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], {
-      env: { ...process.env, ROLLOUT_SECRET_KEY: key },
-      encoding: 'utf8',
-      timeout: 60_000,
-    });
-    return stdout.trim();
-  }
   const loadAgent = (key: string) =>
     withKey(key, 'agents/config', `m.loadAgentConfig(${JSON.stringify(jobDir)}, 'solver').then((a) => a.execute)`);
   const readPlan = (key: string) =>
@@ -385,18 +386,7 @@ describe('job files bound to their job (M7): `rollout resume` verifies before it
     datasets: [],
   });
 
-  /** `call` over `m` (the dist module `module`) in a process holding the operator's key: its output or error. */
-  async function asOperator(module: string, call: string): Promise<string> {
-    const file = path.join(REPO_ROOT, 'dist', 'src', ...module.split('/')) + '.js';
-    const script = `const m = require(${JSON.stringify(file)}); Promise.resolve().then(() => ${call})
-      .then((v) => console.log(JSON.stringify(v ?? null)), (e) => console.log('refused: ' + e.message))`;
-    const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], {
-      env: { ...process.env, ROLLOUT_SECRET_KEY: key },
-      encoding: 'utf8',
-      timeout: 60_000,
-    });
-    return stdout.trim();
-  }
+  const asOperator = (module: string, call: string) => withKey(key, module, call);
   const writeJob = async (name: string) => {
     await asOperator(
       'storage/job-folder',

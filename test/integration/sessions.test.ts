@@ -44,10 +44,10 @@ async function writeTask(tasks: string): Promise<void> {
   );
 }
 
-async function create(idle?: number): Promise<string> {
+async function create(idle?: number, extra: Record<string, unknown> = {}): Promise<string> {
   const created = await server.json<{ session_id: string; prompt: string; tools: { function: { name: string } }[] }>(
     '/sessions',
-    { body: { task: 'answer', ...(idle ? { idle_timeout_sec: idle } : {}) } }
+    { body: { task: 'answer', ...(idle ? { idle_timeout_sec: idle } : {}), ...extra } }
   );
   assert.equal(created.http, 200, JSON.stringify(created.body));
   assert.equal(created.body.prompt, 'Write 42 to /tmp/answer.txt.\n');
@@ -58,9 +58,9 @@ async function create(idle?: number): Promise<string> {
   return created.body.session_id;
 }
 
-function step(id: string, name: string, args: unknown = {}) {
+function step(id: string, name: string, args: unknown = {}, extra: Record<string, unknown> = {}) {
   return server.json<StepOutcome & { error?: string }>(`/sessions/${id}/step`, {
-    body: { tool_call: { name, arguments: args } },
+    body: { tool_call: { name, arguments: args }, ...extra },
   });
 }
 
@@ -200,6 +200,66 @@ describe('rollout serve: step-by-step sessions', () => {
     assert.equal((await server.json(`/sessions/${id}`, { method: 'DELETE' })).http, 200);
   });
 
+  it('stamps each step with the policy version set at creation, and a bump between steps from then on', async () => {
+    const id = await create(undefined, { policy_version: 7 });
+    await step(id, 'bash', { command: 'echo 41 > /tmp/answer.txt' });
+    // The trainer updated its weights: this step and the later ones carry 8.
+    await step(id, 'bash', { command: 'echo 42 > /tmp/answer.txt' }, { policy_version: 8 });
+    const live = (await server.json<SessionRecord>(`/sessions/${id}`)).body;
+    assert.deepEqual([live.policy_version, live.steps.map((s) => s.policy_version)], [8, [7, 8]]);
+    const bad = await step(id, 'bash', { command: 'true' }, { policy_version: -1 });
+    assert.equal(bad.http, 400);
+    assert.match(bad.body.error ?? '', /policy_version/);
+    assert.equal((await step(id, 'submit')).body.reward, 1);
+    const unversioned = await create();
+    await step(unversioned, 'bash', { command: 'true' });
+    assert.equal(
+      (await server.json<SessionRecord>(`/sessions/${unversioned}`)).body.steps[0]!.policy_version,
+      undefined
+    );
+    assert.equal((await server.json(`/sessions/${unversioned}`, { method: 'DELETE' })).http, 200);
+
+    // session.json, the ATIF trajectory and `rollout export --format rl` carry each step's version.
+    const folder = path.join(dir, 'jobs', serveName, `session__${id}`);
+    await waitFor(
+      'the session record',
+      () =>
+        readFile(path.join(folder, 'session.json')).then(
+          () => true,
+          () => false
+        ),
+      60_000
+    );
+    const saved = JSON.parse(await readFile(path.join(folder, 'session.json'), 'utf8')) as SessionRecord;
+    assert.deepEqual(
+      saved.steps.map((s) => s.policy_version),
+      [7, 8, 8]
+    );
+    const trajectory = JSON.parse(await readFile(path.join(folder, 'agent', 'trajectory.json'), 'utf8')) as {
+      steps: { source: string; extra?: { policy_version?: number } }[];
+    };
+    assert.deepEqual(
+      trajectory.steps.filter((s) => s.source === 'agent').map((s) => s.extra?.policy_version),
+      [7, 8, 8]
+    );
+    const exported = await runCli(
+      ['export', path.join(dir, 'jobs', serveName), '--format', 'rl', '--agent', 'session'],
+      {
+        cwd: dir,
+      }
+    );
+    assert.equal(exported.code, 0, exported.stderr);
+    const row = exported.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { trial_name: string; steps: SessionStep[] })
+      .find((r) => r.trial_name === `session__${id}`)!;
+    assert.deepEqual(
+      row.steps.map((s) => s.policy_version),
+      [7, 8, 8]
+    );
+  });
+
   it('runs the steps in one shell kept open in the container, each in a fresh subshell of it', async () => {
     const id = await create();
     const run = async (command: string) => (await step(id, 'bash', { command })).body;
@@ -291,13 +351,21 @@ describe('rollout serve: the warm pool', () => {
     await pool.json(`/sessions/${first.body.session_id}`, { method: 'DELETE' });
 
     await waitFor('the pool to refill', async () => (await parked()).length >= 2, 120_000);
-    const second = await pool.json<{ session_id: string }>('/sessions', { body: { task: 'answer' } });
+    const second = await pool.json<{ session_id: string }>('/sessions', {
+      body: { task: 'answer', policy_version: 3 },
+    });
     const record = (await pool.json<SessionRecord>(`/sessions/${second.body.session_id}`)).body;
     assert.equal(record.warm, true);
     const echoed = await pool.json<StepOutcome>(`/sessions/${second.body.session_id}/step`, {
       body: { tool_call: { name: 'bash', arguments: { command: 'echo warm' } } },
     });
     assert.equal(echoed.body.observation, 'warm\n');
+    // A parked session takes the claimer's policy version.
+    const stamped = (await pool.json<SessionRecord>(`/sessions/${second.body.session_id}`)).body;
+    assert.deepEqual(
+      stamped.steps.map((s) => s.policy_version),
+      [3]
+    );
 
     await pool.json(`/sessions/${second.body.session_id}`, { method: 'DELETE' });
     await pool.stop('SIGTERM');

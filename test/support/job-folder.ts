@@ -6,7 +6,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
-import type { PlannedTrial } from '../../src/job/plan';
+import type { PlannedTrial } from '../../src/contracts/trial';
 import { jobFiles, writeJsonAtomic } from '../../src/results/files';
 import type { JobBudgetResult, JobResult } from '../../src/results/job-result';
 import { buildJobResult } from '../../src/results/job-result';

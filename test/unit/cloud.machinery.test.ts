@@ -9,7 +9,9 @@ import { describe, it } from 'node:test';
 import { jobInput } from '../../src/api/submit';
 import { fittedGuest } from '../../src/environments/cloud/guest-size';
 import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../../src/environments/cloud/quota';
-import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/cloud/sandbox';
+import { heldSandbox, rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/cloud/sandbox';
+import type { ListedSandbox } from '../../src/environments/kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../../src/environments/kit/sandbox-listing';
 import type { ResolvedJob } from '../../src/job/load';
 import type { JobPlan } from '../../src/job/plan';
 import { JobConfigSchema } from '../../src/job/checks';
@@ -110,13 +112,57 @@ describe('cloud providers: shared machinery', () => {
     });
     const snake = sandboxLabels(owner, { ...request, role: 'verifier' }, 'snake');
     assert.equal(snake.rollout_role, 'verifier');
-    assert.deepEqual(heldSandbox(owner, 'id1', snake, 'snake'), { id: 'id1', trialId: 'j/t1', workerId: null });
+    assert.deepEqual(rolloutLabels({ ...snake, other: 'x' }, 'snake'), { ...dotted, 'rollout.role': 'verifier' });
+    assert.deepEqual(heldSandbox(owner, 'id1', rolloutLabels(snake, 'snake')), {
+      id: 'id1',
+      trialId: 'j/t1',
+      workerId: null,
+    });
     assert.equal(heldSandbox({ ...owner, deployment: 'other' }, 'id1', dotted), null, "another deployment's");
     assert.equal(heldSandbox(owner, 'id1', {}), null, 'not Rollout');
-    assert.ok(isTrialSandbox(owner, snake, 'j/t1', { role: 'verifier', keys: 'snake' }));
-    assert.ok(!isTrialSandbox(owner, dotted, 'j/t2'));
     assert.equal(sandboxLifetimeSec(100), 700);
     assert.equal(sandboxLifetimeSec(undefined), 3600);
+  });
+
+  it("removes a trial's sandboxes by label (its role's only, when given) and lists the deployment's for the janitor", async () => {
+    const labelsOf = (trialId: string, role?: 'verifier', deployment = owner.deployment) => ({
+      ...sandboxLabels({ ...owner, deployment }, { jobName: 'j', trialId, workerId: 'w', ...(role ? { role } : {}) }),
+    });
+    const sandboxes: ListedSandbox[] = [
+      { id: 'a', labels: labelsOf('j/t1') },
+      { id: 'b', labels: labelsOf('j/t1', 'verifier') },
+      { id: 'c', labels: labelsOf('j/t2') },
+      { id: 'd', labels: labelsOf('j/t1', undefined, 'other') },
+      { id: 'e', labels: { 'rollout.deployment': owner.deployment } },
+    ];
+    const listing = {
+      list: (labels: Record<string, string>) =>
+        Promise.resolve(
+          sandboxes.filter((sandbox) => Object.entries(labels).every(([k, v]) => sandbox.labels?.[k] === v))
+        ),
+      remove: (id: string) => {
+        sandboxes.splice(
+          sandboxes.findIndex((sandbox) => sandbox.id === id),
+          1
+        );
+        return Promise.resolve();
+      },
+    };
+    assert.deepEqual(
+      (await heldSandboxes(listing, owner)).map(({ id, trialId }) => `${id}:${trialId}`),
+      ['a:j/t1', 'b:j/t1', 'c:j/t2'],
+      'only trial sandboxes of this deployment'
+    );
+    assert.equal(await removeTrialSandboxes(listing, owner, 'j/t1', 'verifier'), 1);
+    assert.deepEqual(
+      sandboxes.map(({ id }) => id),
+      ['a', 'c', 'd', 'e']
+    );
+    assert.equal(await removeTrialSandboxes(listing, owner, 'j/t1'), 1);
+    assert.deepEqual(
+      sandboxes.map(({ id }) => id),
+      ['c', 'd', 'e']
+    );
   });
 
   it("writes Modal tags within Modal's tag rule and reads them back whole; a filter never matches a longer value", () => {

@@ -76,13 +76,13 @@ describe('storage over a local folder', () => {
     const spec = (taskDir: string) => ({ spec: { taskDir } as JobPlan['trials'][number]['spec'], envLast: false });
     const plan = { trials: ['one', 'two', 'other'].map((copy) => spec(path.join(dir, copy, 'task'))) } as JobPlan;
     const jobsDir = path.join(dir, 'packed-jobs');
-    const { packed, sent } = await packLocalTasks(plan, jobsDir);
+    const { packed, sent } = await packLocalTasks(plan.trials, jobsDir);
     assert.equal(packed, 3);
     const [one, two, other] = plan.trials.map((trial) => trial.spec.taskArchive!);
     assert.equal(one!.digest, two!.digest, 'same content, same archive (times do not count)');
     assert.notEqual(one!.digest, other!.digest);
     assert.ok(sent >= 2 && (await readdir(path.join(jobsDir, '.rollout', 'tasks'))).length === 2);
-    const again = await packLocalTasks(plan, jobsDir);
+    const again = await packLocalTasks(plan.trials, jobsDir);
     assert.equal(again.sent, 0, 'nothing sent twice');
 
     process.env.XDG_CACHE_HOME = path.join(dir, 'cache');

@@ -6,7 +6,7 @@
 import { ApplicationFailure, ParentClosePolicy, startChild, workflowInfo } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 
-import { trialStartOptions } from '../../src/temporal/trial-start';
+import { trialStartOptions } from '../trial/start-options';
 import type { TrialSpec } from '../../src/contracts/trial';
 import { trialWorkflow } from '../trial';
 import { readPlanPage } from './activities';

@@ -18,7 +18,7 @@ import { primaryReward } from '../../src/results/job-stats';
 import { retryWaitMs } from '../../src/trial/retry';
 import type { TrialResult } from '../../src/results/trial-result';
 import { summaryFromResult } from '../../src/results/trial-result';
-import { RolloutReward, RolloutStatus } from '../../src/temporal/search-attributes';
+import { RolloutReward, RolloutStatus } from '../search-attributes';
 import type {
   BuiltImage,
   CleanupError,

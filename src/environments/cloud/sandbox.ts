@@ -49,27 +49,24 @@ export function sandboxLabels(
 export function heldSandbox(
   owner: EnvironmentOwner,
   id: string,
-  labels: Record<string, string> | null | undefined,
-  keys?: LabelKeys
+  labels: Record<string, string> | null | undefined
 ): HeldEnvironment | null {
-  const trialId = labels?.[labelKey(LABEL_TRIAL, keys)];
-  if (labels?.[labelKey(LABEL_DEPLOYMENT, keys)] !== owner.deployment || !trialId) return null;
+  const trialId = labels?.[LABEL_TRIAL];
+  if (labels?.[LABEL_DEPLOYMENT] !== owner.deployment || !trialId) return null;
   return { id, trialId, workerId: null };
 }
 
-/** Whether a listed sandbox is this deployment's sandbox of `trialId` (and `role`, when given). */
-export function isTrialSandbox(
-  owner: EnvironmentOwner,
+/** A vendor's labels under Rollout's names: only Rollout's own, those the sandbox has. */
+export function rolloutLabels(
   labels: Record<string, string> | null | undefined,
-  trialId: string,
-  options: { role?: string; keys?: LabelKeys } = {}
-): boolean {
-  const { role, keys } = options;
-  return (
-    labels?.[labelKey(LABEL_DEPLOYMENT, keys)] === owner.deployment &&
-    labels[labelKey(LABEL_TRIAL, keys)] === trialId &&
-    (role === undefined || labels[labelKey(LABEL_ROLE, keys)] === role)
-  );
+  keys: LabelKeys
+): Record<string, string> {
+  const own: Record<string, string> = {};
+  for (const name of [LABEL_DEPLOYMENT, LABEL_HOST, LABEL_JOB, LABEL_TRIAL, LABEL_WORKER, LABEL_ROLE]) {
+    const value = labels?.[labelKey(name, keys)];
+    if (value !== undefined) own[name] = value;
+  }
+  return own;
 }
 
 /** Past the trial's whole budget: time for its clean-up to run first. */

@@ -16,6 +16,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -24,12 +25,14 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ENV_KEY, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_ENV_KEY } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StagedTransfer } from '../kit/tar-transfer';
 import { KILL_ALL } from '../trial-container';
-import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { DaytonaClients, daytonaCall, isNotFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';
@@ -148,6 +151,8 @@ export class DaytonaEnvironment implements Environment {
     const carrier = {
       where: 'the sandbox',
       extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at: EnvironmentHandle, archive: Readable, script: string) =>
+        this.files.extractAndRun(at, archive, script),
       runAsRoot: (at: EnvironmentHandle, script: string) => this.execs.root(at.id, script),
     };
     const output = await prepareStart(handle, request, carrier, {
@@ -197,6 +202,16 @@ export class DaytonaEnvironment implements Environment {
     return this.files.download(handle, containerPath, hostDir, budget);
   }
 
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
+  }
+
   /** A stopped sandbox is deleted by Daytona at once (autoDeleteInterval 0): stopping is removing. */
   stop(handle: EnvironmentHandle): Promise<void> {
     return this.remove(handle);
@@ -213,33 +228,28 @@ export class DaytonaEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, settings?: ProviderSettings, role?: string): Promise<number> {
-    const labels = {
-      [LABEL_DEPLOYMENT]: this.owner.deployment,
-      [LABEL_TRIAL]: trialId,
-      ...(role ? { [LABEL_ROLE]: role } : {}),
-    };
-    const client = this.clients.client(daytonaSettings(settings).target);
-    const ids = await daytonaCall(async () => {
-      const listed: string[] = [];
-      for await (const sandbox of client.list({ labels })) listed.push(sandbox.id);
-      return listed;
-    });
-    for (const id of ids) await this.remove({ id, workdir: '/' });
-    return ids.length;
+  removeTrial(trialId: string, settings?: ProviderSettings, role?: string): Promise<number> {
+    return removeTrialSandboxes(this.listing(daytonaSettings(settings).target), this.owner, trialId, role);
   }
 
   /** Every sandbox of this deployment, whichever worker made it: the janitor removes those whose trial has ended. */
-  async heldEnvironments(): Promise<HeldEnvironment[]> {
-    return daytonaCall(async () => {
-      const held: HeldEnvironment[] = [];
-      const labels = { [LABEL_DEPLOYMENT]: this.owner.deployment };
-      for await (const sandbox of this.clients.client().list({ labels })) {
-        const mine = heldSandbox(this.owner, sandbox.id, sandbox.labels);
-        if (mine) held.push(mine);
-      }
-      return held;
-    });
+  heldEnvironments(): Promise<HeldEnvironment[]> {
+    return heldSandboxes(this.listing(), this.owner);
+  }
+
+  /** Sandboxes by their labels, in `target` (else the default one). */
+  private listing(target?: string): SandboxListing {
+    return {
+      list: (labels) =>
+        daytonaCall(async () => {
+          const listed: ListedSandbox[] = [];
+          for await (const sandbox of this.clients.client(target).list({ labels })) {
+            listed.push({ id: sandbox.id, labels: sandbox.labels });
+          }
+          return listed;
+        }),
+      remove: (id) => this.remove({ id, workdir: '/' }),
+    };
   }
 
   /** Releases a snapshot this job built (see DaytonaSnapshots.remove); `image` is its name. */

@@ -2,8 +2,8 @@
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { HeldEnvironment } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_HOST, LABEL_ROLE, LABEL_TRIAL, LABEL_WORKER } from '../../contracts/environment';
-import type { DockerEngine } from '../image-builder/engine';
-import { ignoreMissing, statusCode } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
+import { ignoreMissing, statusCode } from './engine';
 import { LABEL_COMPOSE_PROJECT } from './compose';
 import type { DockerExec } from './exec';
 

@@ -6,7 +6,7 @@ import { hasDockerfileIn } from '../dockerfile';
 import type { StartRequest } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { imageTag } from '../image-builder/builder';
-import type { DockerEngine } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
 import type { DockerCleanup } from './cleanup';
 import { LABEL_COMPOSE_PROJECT, composeInfra, composeUp, projectName, serviceFilter } from './compose';
 

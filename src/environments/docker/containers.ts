@@ -15,8 +15,8 @@ import {
 } from '../../contracts/environment';
 import { bestEffort } from '../../log';
 import { firstLine } from '../exec-output';
-import type { DockerEngine } from '../image-builder/engine';
-import { statusCode } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
+import { statusCode } from './engine';
 import { DROPPED_CAPABILITIES, KEEP_ALIVE, envList, isKeepAlive } from '../trial-container';
 import type { DockerCleanup } from './cleanup';
 import type { ComposeStart } from './compose-start';

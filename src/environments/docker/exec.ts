@@ -14,8 +14,8 @@ import type {
 } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail, TextSink } from '../exec-output';
-import type { DockerEngine } from '../image-builder/engine';
-import { daemonMessage, ignoreMissing, statusCode } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
+import { daemonMessage, ignoreMissing, statusCode } from './engine';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, KILL_ALL_LEFT_ZOMBIES, KILL_ALL_REFUSED, envList } from '../trial-container';
 import { StepShell } from './shell';

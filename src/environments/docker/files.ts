@@ -8,7 +8,7 @@ import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import type { FolderSelection } from '../../contracts/environment';
 import { extractArchive } from '../host-files';
-import { daemonMessage, statusCode } from '../image-builder/engine';
+import { daemonMessage, statusCode } from './engine';
 
 export class DockerFiles {
   constructor(private readonly docker: Docker) {}

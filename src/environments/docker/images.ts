@@ -16,7 +16,7 @@ import {
 } from '../../contracts/environment';
 import type { BuildParts } from '../image-builder/builder';
 import { imageLabelsOf, imageTag, stepSignal } from '../image-builder/builder';
-import type { DockerEngine } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
 import { buildSidecars, composeInfra, taskComposeFile } from './compose';
 
 const SNAPSHOT_REPOSITORY = 'rollout-agent';

@@ -25,7 +25,7 @@ import type {
 import type { CollectBudget } from '../host-files';
 import type { FolderSelection } from '../../contracts/environment';
 import { ImageBuilder } from '../image-builder/builder';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from './engine';
 import { KILL_ALL } from '../trial-container';
 import { DockerCleanup } from './cleanup';
 import { ComposeStart } from './compose-start';

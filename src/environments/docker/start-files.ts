@@ -13,7 +13,7 @@ import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedFiles } from '../archives';
 import type { StartFile } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
-import type { DockerEngine } from '../image-builder/engine';
+import type { DockerEngine } from './engine';
 import { startScript } from '../kit/prepare';
 import type { DockerExec } from './exec';
 

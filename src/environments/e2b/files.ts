@@ -8,8 +8,8 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { StagedCarrier } from '../kit/tar-transfer';
 import { StagedTransfer } from '../kit/tar-transfer';
-import type { SandboxCommands } from './commands';
-import type { Sandbox } from './sdk';
+import type { SandboxCommands } from './exec';
+import type { Sandbox } from './client';
 
 export function sandboxFiles(
   sandboxOf: (handle: EnvironmentHandle) => Promise<Sandbox>,

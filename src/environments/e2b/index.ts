@@ -14,6 +14,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -22,18 +23,20 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_TRIAL } from '../../contracts/environment';
-import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { LABEL_DEPLOYMENT } from '../../contracts/environment';
+import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StagedTransfer } from '../kit/tar-transfer';
-import { SandboxCommands } from './commands';
+import { SandboxCommands } from './exec';
 import { sandboxFiles } from './files';
 import { E2B_KILL_ALL } from './kill-all';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
-import type { Sandbox } from './sdk';
-import { sdk } from './sdk';
+import type { Sandbox } from './client';
+import { sdk } from './client';
 import type { E2BSettings } from './settings';
 import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';
@@ -142,15 +145,14 @@ export class E2BEnvironment implements Environment {
 
   /** The workdir (the template's, unless the task names one), the start files, the logs folders, the setup. */
   private async prepare(handle: EnvironmentHandle, request: StartRequest, settings: E2BSettings): Promise<StartResult> {
-    const sandbox = await this.sandbox(handle.id);
     // First: what runs before the trial's own commands (the sandbox's services) outlives every kill of all.
-    await this.commands.settle(handle);
-    const pwd = await sandbox.commands.run('pwd', { user: 'root' });
-    const workdir = request.workdir ?? (pwd.stdout.trim() || '/');
+    const home = await this.commands.settle(handle);
+    const workdir = request.workdir ?? (home || '/');
     const started = { id: handle.id, workdir };
     await prepareStart(started, request, {
       where: 'the sandbox',
       extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at, archive, script) => this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at, command) => {
         const { exitCode, stderr } = await this.commands.exec(at, { command, cwd: '/' });
         return { exitCode, output: stderr };
@@ -187,6 +189,16 @@ export class E2BEnvironment implements Environment {
     return this.files.download(handle, containerPath, hostDir, budget);
   }
 
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
+  }
+
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {
     return withE2BQuota('sandbox info', this.quotaWaitMs, () => sdk().Sandbox.getInfo(handle.id)).then(
       (info) => info.state === 'running',
@@ -208,35 +220,31 @@ export class E2BEnvironment implements Environment {
     await withE2BQuota('sandbox kill', this.quotaWaitMs, () => sdk().Sandbox.kill(handle.id));
   }
 
-  async removeTrial(trialId: string, _settings?: ProviderSettings): Promise<number> {
-    const held = await this.list({ [LABEL_TRIAL]: trialId });
-    for (const sandbox of held) await this.remove({ id: sandbox.id, workdir: '/' });
-    return held.length;
+  removeTrial(trialId: string, _settings?: ProviderSettings): Promise<number> {
+    return removeTrialSandboxes(this.listing, this.owner, trialId);
   }
 
   heldEnvironments(): Promise<HeldEnvironment[]> {
-    return this.list({});
+    return heldSandboxes(this.listing, this.owner);
   }
 
   removeImage(image: string): Promise<boolean> {
     return releaseTemplate(image, this.quotaWaitMs);
   }
 
-  /** This deployment's sandboxes (running or paused) whose metadata has `query` too, through every page. */
-  private async list(query: Record<string, string>): Promise<HeldEnvironment[]> {
-    const paginator = sdk().Sandbox.list({
-      query: { metadata: { [LABEL_DEPLOYMENT]: this.owner.deployment, ...query } },
-    });
-    const held: HeldEnvironment[] = [];
-    while (paginator.hasNext) {
-      const page = await withE2BQuota('sandbox list', this.quotaWaitMs, () => paginator.nextItems());
-      for (const sandbox of page) {
-        const mine = heldSandbox(this.owner, sandbox.sandboxId, sandbox.metadata);
-        if (mine) held.push(mine);
+  /** Sandboxes (running or paused) by their metadata, through every page. */
+  private readonly listing: SandboxListing = {
+    list: async (labels) => {
+      const paginator = sdk().Sandbox.list({ query: { metadata: labels } });
+      const listed: ListedSandbox[] = [];
+      while (paginator.hasNext) {
+        const page = await withE2BQuota('sandbox list', this.quotaWaitMs, () => paginator.nextItems());
+        listed.push(...page.map((sandbox) => ({ id: sandbox.sandboxId, labels: sandbox.metadata })));
       }
-    }
-    return held;
-  }
+      return listed;
+    },
+    remove: (id) => this.remove({ id, workdir: '/' }),
+  };
 
   /** The SDK's sandbox of an id: the one this worker created or connected to, else a connect (another worker's). */
   private sandbox(id: string): Promise<Sandbox> {

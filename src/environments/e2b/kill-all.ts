@@ -52,10 +52,12 @@ export const E2B_KILL_ALL = [
 ].join('\n');
 
 /**
- * What Rollout runs through envd before a trial's first command: waits for systemd's boot to end when systemd is PID 1
- * (at most 60 s), and lays out the settled mark's program (a copy of `sleep`). Then E2B_SETTLED_MARK starts it.
+ * What Rollout runs through envd before a trial's first command: prints the working directory commands start in (the
+ * template's, asked here rather than by an exec of its own), waits for systemd's boot to end when systemd is PID 1 (at
+ * most 60 s), and lays out the settled mark's program (a copy of `sleep`). Then E2B_SETTLED_MARK starts it.
  */
 export const E2B_SETTLE = [
+  'pwd',
   '{ read -r c < /proc/1/comm; [ "$c" != systemd ] || timeout 60 systemctl is-system-running --wait; } >/dev/null 2>&1',
   `mkdir -p /run/rollout && cp "$(command -v sleep)" /run/rollout/${SETTLED_NAME}`,
 ].join('\n');

@@ -4,7 +4,7 @@
  */
 import { log } from '../../log';
 import { withQuotaBackoff } from '../cloud/quota';
-import { sdk } from './sdk';
+import { sdk } from './client';
 
 /** How long quota replies are waited on in all: undefined for ROLLOUT_CLOUD_QUOTA_WAIT_SEC's. */
 export type QuotaWaitMs = number | undefined;

@@ -8,7 +8,7 @@ import type { EnvironmentHandle } from '../../contracts/trial';
 import type { InstallSnapshots } from '../../contracts/environment';
 import { withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
-import { sdk } from './sdk';
+import { sdk } from './client';
 import { snapshotName } from './names';
 
 export function e2bSnapshots(quotaWaitMs: QuotaWaitMs): InstallSnapshots {

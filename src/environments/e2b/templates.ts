@@ -12,7 +12,7 @@ import { TaskEnvironmentError } from '../../contracts/environment';
 import { quotaMaxWaitMs } from '../cloud/quota';
 import { e2bQuotaMessage, withE2BQuota } from './quota';
 import type { QuotaWaitMs } from './quota';
-import { sdk } from './sdk';
+import { sdk } from './client';
 import { JOB_TAG_PREFIX, PREBUILT_TAG, isSnapshotOf, parseReference, templateName } from './names';
 import type { E2BSettings } from './settings';
 

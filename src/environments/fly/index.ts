@@ -1,11 +1,11 @@
 /**
- * Trials as Fly Machines (https://fly.io/docs/machines/), through the Machines REST API (./api.ts) with the worker's
+ * Trials as Fly Machines (https://fly.io/docs/machines/), through the Machines REST API (./client.ts) with the worker's
  * FLY_API_TOKEN. A machine is created per trial from the task's image (built here and pushed to Fly's registry, or a
  * docker_image as is), labelled with Rollout's metadata, and destroyed by Fly itself once its keep-alive ends: the
  * trial's whole budget, so a machine whose worker died cannot run for long. Any worker with the token reaches it.
  */
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { heldSandbox, isTrialSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import { fittedGuest, wantedGuest } from '../cloud/guest-size';
 import type {
   BuildRequest,
@@ -22,13 +22,15 @@ import type {
 import { LABEL_DEPLOYMENT, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import { ImageBuilder } from '../image-builder/builder';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from '../docker/engine';
 import { RegistryImages } from '../image-builder/registry-images';
-import type { FlyMachineConfig } from './api';
-import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
+import type { FlyMachineConfig } from './client';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './client';
 import { flyGuestSize } from './guest';
-import { FLY_KILL_ALL, MachineExec, machineRef } from './machine-exec';
+import { FLY_KILL_ALL, MachineExec, machineRef } from './exec';
 import type { FlySettings } from './settings';
 import { FlySettingsSchema, flyApp, flyRegistry } from './settings';
 
@@ -173,28 +175,32 @@ export class FlyEnvironment implements Environment {
     await this.api().destroy(app, id);
   }
 
-  async removeTrial(trialId: string, given?: ProviderSettings): Promise<number> {
+  removeTrial(trialId: string, given?: ProviderSettings): Promise<number> {
     const apps = given ? [appOf(FlySettingsSchema.parse(given))] : this.knownApps();
-    let removed = 0;
-    for (const app of apps) {
-      for (const machine of await this.ownMachines(app)) {
-        if (!isTrialSandbox(this.owner, machine.config?.metadata, trialId, { keys: 'snake' })) continue;
-        await this.api().destroy(app, machine.id);
-        removed += 1;
-      }
-    }
-    return removed;
+    return removeTrialSandboxes(this.listing(apps), this.owner, trialId);
   }
 
-  async heldEnvironments(): Promise<HeldEnvironment[]> {
-    const held: HeldEnvironment[] = [];
-    for (const app of this.knownApps()) {
-      for (const machine of await this.ownMachines(app)) {
-        const sandbox = heldSandbox(this.owner, `${app}/${machine.id}`, machine.config?.metadata, 'snake');
-        if (sandbox) held.push(sandbox);
-      }
-    }
-    return held;
+  heldEnvironments(): Promise<HeldEnvironment[]> {
+    return heldSandboxes(this.listing(this.knownApps()), this.owner);
+  }
+
+  /** Machines in `apps` by their metadata (Fly's list filters by one key: the others are checked here). */
+  private listing(apps: readonly string[]): SandboxListing {
+    return {
+      list: async (labels) => {
+        const listed: ListedSandbox[] = [];
+        for (const app of apps) {
+          for (const machine of await this.ownMachines(app)) {
+            const own = rolloutLabels(machine.config?.metadata, 'snake');
+            if (Object.entries(labels).every(([label, value]) => own[label] === value)) {
+              listed.push({ id: `${app}/${machine.id}`, labels: own });
+            }
+          }
+        }
+        return listed;
+      },
+      remove: (id) => this.remove({ id, workdir: '/' }),
+    };
   }
 
   /** This deployment's machines in the app that are not gone already. */

@@ -1,12 +1,12 @@
 /**
- * The fly provider's record (see ../provider.ts): trials as Fly Machines, through the Machines REST API (./api.ts).
+ * The fly provider's record (see ../provider.ts): trials as Fly Machines, through the Machines REST API (./client.ts).
  * The environment loads on first use. Fly's exec is request/response (no streamed process): agents on the model
  * gateway reach it at ROLLOUT_GATEWAY_PUBLIC_URL (see docs/environments.md).
  */
 import { dockerfileRequirement } from '../dockerfile';
 import type { EnvironmentProvider } from '../../contracts/provider';
 import { ProviderConfigError } from '../../contracts/provider';
-import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './api';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError } from './client';
 import { flyGuestSize } from './guest';
 import type * as FlyModule from './';
 import { FlySettingsSchema, flyApp } from './settings';

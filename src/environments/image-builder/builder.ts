@@ -26,8 +26,8 @@ import { firstLine } from '../exec-output';
 import { log } from '../../log';
 import { dockerfileFrontendImage, ensureDockerfileFrontend, frontendNeed } from './dockerfile-frontend';
 import { missingFrontendProblem } from './dockerfile-problems';
-import type { DockerEngine } from './engine';
-import { abortable, statusCode } from './engine';
+import type { DockerEngine } from '../docker/engine';
+import { abortable, statusCode } from '../docker/engine';
 
 const IMAGE_REPOSITORY = 'rollout-env';
 /** Lines of build output kept for the error message of a failed build. */

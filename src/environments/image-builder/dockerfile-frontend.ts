@@ -14,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ifPresent } from '../../files/absent';
 import { hostCacheDir } from '../../host-cache';
 import { LineTail, runCommand } from '../cli-command';
-import { DockerEngine } from './engine';
+import { DockerEngine } from '../docker/engine';
 
 /** The BuildKit release whose frontend is docker/dockerfile:1.4.3. */
 const BUILDKIT_VERSION = 'v0.10.6';

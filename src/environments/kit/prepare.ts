@@ -1,6 +1,6 @@
 /**
  * What every provider does once a trial's sandbox runs, before any step: the start files at the root, then one script
- * as root that makes the logs folders and runs the caller's setup. A failure is the task's environment failing to
+ * as root that makes the logs folders and runs the caller's setup (in the extraction's own exec where the carrier can). A failure is the task's environment failing to
  * start (EnvironmentStartError), never the agent's.
  */
 import type { Readable } from 'node:stream';
@@ -32,6 +32,12 @@ export interface StartCarrier {
   /** Named in errors ("the sandbox", "the pod"). */
   readonly where: string;
   extractAtRoot(handle: EnvironmentHandle, archive: Readable): Promise<void>;
+  /** The archive extracted at the root, then the script as root, in one exec (see TarTransfer.extractAndRun). */
+  extractAndRun?(
+    handle: EnvironmentHandle,
+    archive: Readable,
+    script: string
+  ): Promise<{ exitCode: number | string | null; output: string }>;
   /** The script as root: its exit status and output (stderr, or combined where the vendor combines). */
   runAsRoot(handle: EnvironmentHandle, script: string): Promise<{ exitCode: number | null; output: string }>;
 }
@@ -43,9 +49,14 @@ export async function prepareStart(
   carrier: StartCarrier,
   parts?: { checks?: readonly string[]; last?: readonly string[] }
 ): Promise<string> {
-  if (request.files?.length) await carrier.extractAtRoot(handle, packedFiles(request.files));
   const script = startScript(request.setup, parts);
-  const made = await carrier.runAsRoot(handle, script);
+  const files = request.files?.length ? packedFiles(request.files) : null;
+  let made: { exitCode: number | string | null; output: string };
+  if (files && carrier.extractAndRun) made = await carrier.extractAndRun(handle, files, script);
+  else {
+    if (files) await carrier.extractAtRoot(handle, files);
+    made = await carrier.runAsRoot(handle, script);
+  }
   if (made.exitCode !== 0) {
     throw new TaskEnvironmentError('EnvironmentStartError', `${script} failed in ${carrier.where}: ${made.output}`);
   }

@@ -12,6 +12,7 @@ import { PassThrough, Writable } from 'node:stream';
 
 import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../contracts/trial';
+import type { FolderSelection } from '../../contracts/environment';
 import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
@@ -24,10 +25,25 @@ function scratchArchive(): string {
   return `/tmp/.rollout-${randomBytes(8).toString('hex')}.tar`;
 }
 
-/** Extracts `file` (of the sandbox; else stdin) at the root, its folders `dirs` made first (empty uploads). */
+/**
+ * Extracts `file` (of the sandbox, removed after; else stdin) at the root, its folders `dirs` made first (empty
+ * uploads); exit 0 only when that passed, so that a command can follow it with `&&`.
+ */
 function extractScript(dirs: readonly string[], file?: string): string {
   const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
-  return file ? `${made}tar -xmf ${file} -C / ; s=$?; rm -f ${file}; exit $s` : `${made}tar -xmf - -C /`;
+  return file ? `{ ${made}tar -xmf ${file} -C / ; s=$?; rm -f ${file}; [ $s -eq 0 ]; }` : `${made}tar -xmf - -C /`;
+}
+
+/** The extraction, then `script` if it passed. */
+function thenRun(extract: string, script?: string): string {
+  return script ? `${extract} && ${script}` : extract;
+}
+
+/** An extraction's exec: its exit status and output (see the carriers' `run`). */
+export interface ExtractRun {
+  where: string;
+  exitCode: number | string | null;
+  output: string;
 }
 
 /** Packs containerPath (its own name in the archive) into `file`, else to stdout; NOTHING_THERE when absent. */
@@ -37,6 +53,19 @@ function packScript(containerPath: string, file?: string): string {
   return (
     `test -e ${shellQuote(containerPath)} || exit ${NOTHING_THERE}; ` +
     (file ? `tar -cf ${file} -C ${dir} ${name}` : `exec tar -cf - -C ${dir} ${name}`)
+  );
+}
+
+/**
+ * Packs the `folders` of `dir` that are there into `file`, else to stdout, named as Docker's archive of `dir` names
+ * them (`<dir's name>/<folder>/…`); NOTHING_THERE when none is.
+ */
+function packFoldersScript(dir: string, folders: readonly string[], file?: string): string {
+  const named = folders.map((folder) => shellQuote(path.posix.join(path.posix.basename(dir), folder))).join(' ');
+  return (
+    `cd ${shellQuote(path.posix.dirname(dir))} || exit ${NOTHING_THERE}; set --; ` +
+    `for p in ${named}; do if [ -e "$p" ]; then set -- "$@" "$p"; fi; done; [ $# -gt 0 ] || exit ${NOTHING_THERE}; ` +
+    (file ? `tar -cf ${file} "$@"` : `exec tar -cf - "$@"`)
   );
 }
 
@@ -74,13 +103,55 @@ abstract class TarTransfer {
     await this.extractAtRoot(handle, archive, targets);
   }
 
-  abstract extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs?: readonly string[]): Promise<void>;
-  abstract download(
+  async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
+    const { where, exitCode, output } = await this.extractThen(handle, archive, dirs);
+    if (exitCode !== 0) throw uploadFailed(where, dirs, exitCode, output);
+  }
+
+  /**
+   * The archive extracted at the root, then `script` as root if that passed, in one exec (where an extraction and
+   * a script would cost one each): the exec's status and output.
+   */
+  extractAndRun(handle: EnvironmentHandle, archive: Readable, script: string): Promise<ExtractRun> {
+    return this.extractThen(handle, archive, [], script);
+  }
+
+  protected abstract extractThen(
+    handle: EnvironmentHandle,
+    archive: Readable,
+    dirs: readonly string[],
+    script?: string
+  ): Promise<ExtractRun>;
+  /** See extractArchive: the contents of a folder land in hostDir. */
+  async download(
     handle: EnvironmentHandle,
     containerPath: string,
     hostDir: string,
     budget?: CollectBudget
-  ): Promise<void>;
+  ): Promise<void> {
+    const name = path.posix.basename(containerPath);
+    await this.fetch(handle, containerPath, (file) => packScript(containerPath, file), { hostDir, budget, name });
+  }
+
+  /** Environment.downloadFolders: the folders there in one archive (one exec, where each folder would cost its own). */
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    const pack = (file?: string) => packFoldersScript(containerPath, selection.folders, file);
+    return this.fetch(handle, containerPath, pack, { hostDir, budget, name: '', selection });
+  }
+
+  /** Runs `pack` and extracts its archive (see extractArchive); true when nothing was there. */
+  protected abstract fetch(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    pack: (file?: string) => string,
+    into: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+  ): Promise<boolean>;
 }
 
 /** The archive staged as a file of the sandbox (removed after), moved by the vendor's file API. */
@@ -89,28 +160,37 @@ export class StagedTransfer extends TarTransfer {
     super();
   }
 
-  async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
+  protected async extractThen(
+    handle: EnvironmentHandle,
+    archive: Readable,
+    dirs: readonly string[],
+    script?: string
+  ): Promise<ExtractRun> {
     const carrier = await this.carrier(handle);
     const file = scratchArchive();
     await carrier.put(file, archive);
-    const { exitCode, output } = await carrier.run(extractScript(dirs, file));
-    if (exitCode !== 0) throw uploadFailed(carrier.where, dirs, exitCode, output);
+    const { exitCode, output } = await carrier.run(thenRun(extractScript(dirs, file), script));
+    return { where: carrier.where, exitCode, output };
   }
 
-  /** See extractArchive: the contents of a folder land in hostDir. */
-  async download(
+  protected async fetch(
     handle: EnvironmentHandle,
     containerPath: string,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<void> {
+    pack: (file?: string) => string,
+    {
+      hostDir,
+      budget,
+      name,
+      selection,
+    }: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+  ): Promise<boolean> {
     const carrier = await this.carrier(handle);
     const file = scratchArchive();
-    const packed = await carrier.run(packScript(containerPath, file));
-    if (packed.exitCode === NOTHING_THERE) return;
+    const packed = await carrier.run(pack(file));
+    if (packed.exitCode === NOTHING_THERE) return true;
     try {
       if (packed.exitCode !== 0) throw downloadFailed(carrier.where, containerPath, packed.exitCode, packed.output);
-      await extractArchive(await carrier.get(file), hostDir, budget, path.posix.basename(containerPath));
+      return await extractArchive(await carrier.get(file), hostDir, budget, name, selection);
     } finally {
       await carrier.run(`rm -f ${file}`);
     }
@@ -123,37 +203,48 @@ export class StreamedTransfer extends TarTransfer {
     super();
   }
 
-  async extractAtRoot(handle: EnvironmentHandle, archive: Readable, dirs: readonly string[] = []): Promise<void> {
+  protected async extractThen(
+    handle: EnvironmentHandle,
+    archive: Readable,
+    dirs: readonly string[],
+    script?: string
+  ): Promise<ExtractRun> {
     const carrier = this.carrier(handle);
-    const { exitCode, stderr } = await carrier.run(extractScript(dirs), { stdin: archive });
-    if (exitCode !== 0) throw uploadFailed(carrier.where, dirs, exitCode, stderr);
+    const { exitCode, stderr } = await carrier.run(thenRun(extractScript(dirs), script), { stdin: archive });
+    return { where: carrier.where, exitCode, output: stderr };
   }
 
-  /** See extractArchive: the contents of a folder land in hostDir; nothing there leaves hostDir unmade. */
-  async download(
+  /** Nothing there leaves hostDir unmade. */
+  protected async fetch(
     handle: EnvironmentHandle,
     containerPath: string,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<void> {
+    pack: (file?: string) => string,
+    {
+      hostDir,
+      budget,
+      name,
+      selection,
+    }: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+  ): Promise<boolean> {
     const carrier = this.carrier(handle);
     const archive = new PassThrough();
-    let extracted: Promise<unknown> | undefined;
+    let extracted: Promise<boolean> | undefined;
     // Extraction starts with the archive's first bytes: a path with nothing there sends none, and makes no hostDir.
     const stdout = new Writable({
       write(chunk: Buffer, _encoding, done) {
         if (!extracted) {
-          extracted = extractArchive(archive, hostDir, budget, path.posix.basename(containerPath));
+          extracted = extractArchive(archive, hostDir, budget, name, selection);
           // Awaited below, once the exec has ended; until then a failure must not count as unhandled.
           extracted.catch(() => undefined);
         }
-        archive.write(chunk);
+        // Extraction gave up (see FolderSelection): the rest is not read.
+        if (!archive.destroyed) archive.write(chunk);
         done();
       },
     });
-    const run = await carrier.run(packScript(containerPath), { stdout }).finally(() => archive.end());
-    await extracted;
-    if (run.exitCode === NOTHING_THERE || run.exitCode === 0) return;
+    const run = await carrier.run(pack(), { stdout }).finally(() => archive.end());
+    const complete = (await extracted) ?? true;
+    if (run.exitCode === NOTHING_THERE || run.exitCode === 0 || !complete) return complete;
     throw downloadFailed(carrier.where, containerPath, run.exitCode, run.stderr);
   }
 }

@@ -12,8 +12,8 @@ import { TaskEnvironmentError } from '../../contracts/environment';
 import { OutputTail } from '../exec-output';
 import { Shells } from '../kit/shell';
 import { KILL_ALL, commandLine } from '../trial-container';
-import type { Cluster, Clusters, PodRef } from './cluster';
-import { PodLostError, apiMessage, isNotFound } from './cluster';
+import type { Cluster, Clusters, PodRef } from './client';
+import { PodLostError, apiMessage, isNotFound } from './client';
 import { CONTAINER, parseHandleId } from './pod-spec';
 import { podState } from './pod-watch';
 

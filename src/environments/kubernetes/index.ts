@@ -15,27 +15,30 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   ProviderSettings,
   StartRequest,
   StartResult,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
+import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import { removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { ImageBuilder, imageTag } from '../image-builder/builder';
 import { RegistryImages } from '../image-builder/registry-images';
-import { DockerEngine } from '../image-builder/engine';
+import { DockerEngine } from '../docker/engine';
 import { KILL_ALL } from '../trial-container';
-import type { PodRef } from './cluster';
-import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './cluster';
+import type { PodRef } from './client';
+import { Clusters, RateLimiter, apiMessage, client, isNotFound } from './client';
 import { PodExec } from './exec';
+import { TrialNetworkPolicies } from './network-policy';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
 
-export { PodLostError } from './cluster';
+export { PodLostError } from './client';
 
 /** Pod creations per second, per worker process: a cluster's API server is shared by everyone. */
 const DEFAULT_PODS_PER_SECOND = 5;
@@ -54,6 +57,7 @@ export class KubernetesEnvironment implements Environment {
   private readonly images: RegistryImages;
   private readonly creations: RateLimiter;
   private readonly execs: PodExec;
+  private readonly networkPolicies = new TrialNetworkPolicies();
   private readonly files: StreamedTransfer;
 
   constructor(options: EnvironmentOwner & { kubeConfig?: () => KubeConfig; podsPerSecond?: number }) {
@@ -100,6 +104,8 @@ export class KubernetesEnvironment implements Environment {
     const name = podName(request.trialName, request.trialId, request.role);
     const ref: PodRef = { namespace: settings.namespace, name, context: settings.context };
     this.clusters.remember(ref);
+    // Before the pod exists: no moment in which it could be connected to.
+    await this.networkPolicies.ensure(cluster, settings.namespace, settings.context);
     await this.creations.take(request.signal);
     try {
       await cluster.core.createNamespacedPod({
@@ -125,6 +131,7 @@ export class KubernetesEnvironment implements Environment {
     await prepareStart(handle, request, {
       where: 'the pod',
       extractAtRoot: (at, archive) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at, archive, script) => this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at, command) => {
         const { exitCode, stderr } = await this.execs.exec(at, { command });
         return { exitCode, output: stderr };
@@ -152,6 +159,16 @@ export class KubernetesEnvironment implements Environment {
     return this.files.download(handle, containerPath, hostDir, budget);
   }
 
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
+  }
+
   /** A pod cannot be stopped and kept: stopping deletes it at once (its PID 1 only sleeps). */
   async stop(handle: EnvironmentHandle): Promise<void> {
     await this.remove(handle);
@@ -171,18 +188,26 @@ export class KubernetesEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
+  removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
     const settings = given && requireSettings(given);
-    const selector = [
-      `${LABEL_DEPLOYMENT}=${this.owner.deployment}`,
-      `${LABEL_TRIAL}=${labelHash(trialId)}`,
-      ...(role ? [`${LABEL_ROLE}=${role}`] : []),
-    ].join(',');
-    const pods = settings
-      ? await this.podsIn(settings.context, [settings.namespace], selector)
-      : await this.ownedPods(selector);
-    for (const pod of pods) await this.remove({ id: handleId(pod), workdir: '/' });
-    return pods.length;
+    return removeTrialSandboxes(
+      {
+        // The trial's label is a hash of its id (a label value holds 63 characters at most).
+        list: async (labels) => {
+          const selector = Object.entries(labels)
+            .map(([label, value]) => `${label}=${label === LABEL_TRIAL ? labelHash(value) : value}`)
+            .join(',');
+          const pods = settings
+            ? await this.podsIn(settings.context, [settings.namespace], selector)
+            : await this.ownedPods(selector);
+          return pods.map((pod) => ({ id: handleId(pod), labels: null }));
+        },
+        remove: (id) => this.remove({ id, workdir: '/' }),
+      },
+      this.owner,
+      trialId,
+      role
+    );
   }
 
   /** Every pod of this deployment, in any namespace of the current context and of contexts this process used. */

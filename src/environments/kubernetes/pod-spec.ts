@@ -6,7 +6,7 @@ import type { V1Pod, V1SecurityContext } from '@kubernetes/client-node';
 import type { StartRequest } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
 import { DROPPED_CAPABILITIES, KEEP_ALIVE } from '../trial-container';
-import type { PodRef } from './cluster';
+import type { PodRef } from './client';
 import type { KubernetesSettings } from './settings';
 
 /** The one container of a trial's pod. */

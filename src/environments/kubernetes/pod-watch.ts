@@ -4,8 +4,8 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { StartRequest } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 import { apiQuantity } from '../../contracts/quantity';
-import type { Cluster, PodRef } from './cluster';
-import { PodLostError, client, isNotFound, toError } from './cluster';
+import type { Cluster, PodRef } from './client';
+import { PodLostError, client, isNotFound, toError } from './client';
 import { CONTAINER } from './pod-spec';
 
 /** Container waiting reasons that mean the image cannot be pulled. */

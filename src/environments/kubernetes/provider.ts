@@ -6,7 +6,7 @@ import path from 'node:path';
 
 import { dockerfileRequirement, hasDockerfileIn } from '../dockerfile';
 import type { EnvironmentProvider } from '../../contracts/provider';
-import { checkKubeconfig } from './kubeconfig-check';
+import { checkKubeconfig } from './credentials';
 import type * as KubernetesModule from './';
 import { KubernetesSettingsSchema } from './settings';
 

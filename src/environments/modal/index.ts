@@ -18,6 +18,7 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
+  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -26,10 +27,12 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
-import { heldSandbox, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { LABEL_DEPLOYMENT } from '../../contracts/environment';
+import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
 import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
+import type { ListedSandbox } from '../kit/sandbox-listing';
+import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
 import { KEEP_ALIVE, KILL_ALL } from '../trial-container';
 import { ModalConnection, isGone, sdkMessage } from './client';
@@ -119,6 +122,8 @@ export class ModalEnvironment implements Environment {
     const carrier = {
       where: 'the modal sandbox',
       extractAtRoot: (at: EnvironmentHandle, archive: Readable) => this.files.extractAtRoot(at, archive),
+      extractAndRun: (at: EnvironmentHandle, archive: Readable, script: string) =>
+        this.files.extractAndRun(at, archive, script),
       runAsRoot: async (at: EnvironmentHandle, command: string) => {
         const { exitCode, stderr } = await this.execs.exec(at, { command, cwd: '/' });
         return { exitCode, output: stderr };
@@ -147,6 +152,16 @@ export class ModalEnvironment implements Environment {
 
   download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
     return this.files.download(handle, containerPath, hostDir, budget);
+  }
+
+  downloadFolders(
+    handle: EnvironmentHandle,
+    containerPath: string,
+    selection: FolderSelection,
+    hostDir: string,
+    budget?: CollectBudget
+  ): Promise<boolean> {
+    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
@@ -181,34 +196,39 @@ export class ModalEnvironment implements Environment {
     }
   }
 
-  async removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
+  removeTrial(trialId: string, given?: ProviderSettings, role?: string): Promise<number> {
     const settings = given && requireSettings(given);
-    const tags = {
-      [LABEL_DEPLOYMENT]: this.owner.deployment,
-      [LABEL_TRIAL]: trialId,
-      ...(role ? { [LABEL_ROLE]: role } : {}),
-    };
-    const ids = await this.sandboxIds(tags, settings);
-    for (const id of ids) await this.remove({ id, workdir: '/' });
-    return ids.length;
+    return removeTrialSandboxes(
+      {
+        list: async (tags) => (await this.sandboxIds(tags, settings)).map((id) => ({ id, labels: null })),
+        remove: (id) => this.remove({ id, workdir: '/' }),
+      },
+      this.owner,
+      trialId,
+      role
+    );
   }
 
   /**
    * Every running sandbox of this deployment, in every App of every Modal Environment of the workspace (a listing
    * without an App is scoped to one Environment: the SDK sends the profile's unless told another).
    */
-  async heldEnvironments(): Promise<HeldEnvironment[]> {
-    const tags = modalTags({ [LABEL_DEPLOYMENT]: this.owner.deployment });
+  heldEnvironments(): Promise<HeldEnvironment[]> {
+    return heldSandboxes({ list: (tags) => this.taggedSandboxes(tags) }, this.owner);
+  }
+
+  /** Sandboxes carrying every tag, in every Modal Environment, with their tags (read one by one: the list has none). */
+  private async taggedSandboxes(tags: Record<string, string>): Promise<ListedSandbox[]> {
     const environments = await this.connection.environmentNames();
     const listed = await this.connection.withQuotaBackoff('listing sandboxes', async () => {
       const sandboxes: Sandbox[] = [];
       for (const environment of environments) {
-        for await (const sandbox of this.connection.client.sandboxes.list({ environment, tags }))
+        for await (const sandbox of this.connection.client.sandboxes.list({ environment, tags: modalTags(tags) }))
           sandboxes.push(sandbox);
       }
       return sandboxes;
     });
-    const held: HeldEnvironment[] = [];
+    const tagged: ListedSandbox[] = [];
     for (const sandbox of listed) {
       const tags = await this.connection
         .withQuotaBackoff('reading tags', () => sandbox.getTags())
@@ -216,10 +236,9 @@ export class ModalEnvironment implements Environment {
           if (isGone(err)) return null; // ended since the listing
           throw err;
         });
-      const own = heldSandbox(this.owner, sandbox.sandboxId, tags && labelsOfModalTags(tags));
-      if (own) held.push(own);
+      tagged.push({ id: sandbox.sandboxId, labels: tags && labelsOfModalTags(tags) });
     }
-    return held;
+    return tagged;
   }
 
   /** Released unless a sandbox of this deployment (another job's) still runs from it: see ModalImages.remove. */

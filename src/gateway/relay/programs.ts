@@ -7,7 +7,7 @@
  *
  * They hold no secret: the agent authenticates with its per-trial token, which the gateway checks on the worker.
  */
-import { AGENTS_ROOT } from '../../agents/builtin';
+import { AGENTS_ROOT } from '../../contracts/paths';
 import { shellQuote } from '../../shell';
 
 const NODE_RELAY = `

@@ -28,6 +28,7 @@ import {
   TaskEnvironmentError,
 } from '../../../src/contracts/environment';
 import { CollectBudget, extractArchive } from '../../../src/environments/host-files';
+import { collectArtifacts } from '../../../src/trial/artifacts';
 import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { containersOfJob, removeJobLeftovers } from '../../support/docker';
 import { TEST_HOST_ID } from '../../support/temporal';
@@ -186,13 +187,18 @@ describe('DockerEnvironment', () => {
   });
 
   it('stops a build at its time limit with EnvironmentBuildError', async () => {
-    const request = await contextWith('FROM debian:bookworm-slim\nRUN sleep 60\n', { timeoutMs: 1500 });
+    const request = await contextWith(`FROM debian:bookworm-slim\nRUN sleep 60 && echo ${jobName}\n`, {
+      timeoutMs: 1500,
+    });
     await assert.rejects(environment.build(request), isBuildError(/^build exceeded 1.5 s/));
   });
 
   it('rejects with the reason when the build is cancelled', async () => {
     const controller = new AbortController();
-    const request = await contextWith('FROM debian:bookworm-slim\nRUN sleep 61\n', { signal: controller.signal });
+    // Unique per run: an image of the same content built by any earlier run on this host would be used as it is.
+    const request = await contextWith(`FROM debian:bookworm-slim\nRUN sleep 61 && echo ${jobName}\n`, {
+      signal: controller.signal,
+    });
     setTimeout(() => controller.abort(new Error('trial cancelled')), 500);
     await assert.rejects(environment.build(request), /trial cancelled/);
   });
@@ -388,6 +394,34 @@ describe('DockerEnvironment', () => {
     assert.equal((await lstat(path.join(target, 'verifier'))).isDirectory(), true, 'host link replaced by a folder');
   });
 
+  it("keeps a file artifact with destination / or . inside artifacts/, never beside the trial's sandboxes.jsonl", async () => {
+    // A hostile task: an artifact file named like the trial's own sandbox record, holding a forged "created" line that
+    // would make the next cleanup remove another job's container by id.
+    const forged = JSON.stringify({ event: 'created', host: 'elsewhere', id: 'victim-container', at: 'now' });
+    await environment.exec(handle, { command: `mkdir -p /forge && echo '${forged}' > /forge/sandboxes.jsonl` });
+    const trialDir = await scratchDir();
+    const record = path.join(trialDir, 'sandboxes.jsonl');
+    const genuine = `${JSON.stringify({ event: 'created', host: hostId, id: handle.id, at: 'now' })}\n`;
+    await writeFile(record, genuine);
+    const artifactsDir = path.join(trialDir, 'artifacts');
+    const collected = await collectArtifacts(environment, handle, {
+      hooks: [],
+      entries: ['/', '.'].map((destination) => ({ source: '/forge/sandboxes.jsonl', destination, exclude: [] })),
+      hostDir: artifactsDir,
+      budget: new CollectBudget({ maxBytes: 2 ** 20, maxFiles: 100 }),
+      signal: new AbortController().signal,
+      report: () => Promise.resolve(),
+    });
+    assert.equal(await readFile(record, 'utf8'), genuine, 'the trial folder keeps its own record');
+    assert.deepEqual((await readdir(trialDir)).sort(), ['artifacts', 'sandboxes.jsonl']);
+    assert.equal(await readFile(path.join(artifactsDir, 'sandboxes.jsonl'), 'utf8'), `${forged}\n`);
+    const inArtifacts = path.join(artifactsDir, 'sandboxes.jsonl');
+    assert.deepEqual(
+      collected.map((artifact) => artifact.hostPath),
+      [inArtifacts, inArtifacts]
+    );
+  });
+
   it('downloads a lone file as hostDir/<name>, and nothing for a missing path', async () => {
     const target = path.join(await scratchDir(), 'created');
     await environment.download(handle, '/built.txt', target);
@@ -530,6 +564,9 @@ describe('extractArchive', () => {
         { name: 'logs/trial.log', text: 'forged' },
         { name: 'logs/verifier/reward.txt', text: '1' },
         { name: 'logs/verifier-not/x.txt', text: 'x' },
+        // Inside hostDir, but out of the chosen folders: the trial folder's own files.
+        { name: 'logs/agent/../sandboxes.jsonl', text: 'forged' },
+        { name: 'logs/verifier/x/../../trial.log', text: 'forged' },
       ]),
       target,
       undefined,

@@ -60,7 +60,12 @@ export async function startE2BStandIn(): Promise<E2BStandIn> {
       else res.destroy(err);
     });
   });
-  server.on('request', () => (requests += 1));
+  // ROLLOUT_STAND_IN_TRACE=1: every call on stderr (what a trial's API calls are made of).
+  const trace = process.env.ROLLOUT_STAND_IN_TRACE === '1';
+  server.on('request', (req: IncomingMessage) => {
+    requests += 1;
+    if (trace) process.stderr.write(`e2b stand-in: ${req.method} ${req.url}\n`);
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   state.baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {

@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Sandbox } from 'e2b';
 import { InvalidArgumentError, Sandbox as E2BSandbox, Template } from 'e2b';
 
-import { SandboxCommands } from '../../../src/environments/e2b/commands';
+import { SandboxCommands } from '../../../src/environments/e2b/exec';
 import { e2bQuotaMessage } from '../../../src/environments/e2b/quota';
 import { E2BSettingsSchema } from '../../../src/environments/e2b/settings';
 import { REAL_CLOUD } from '../../support/cloud-suite';

@@ -229,6 +229,14 @@ describe('e2b environment (E2B stand-in, the unmodified e2b SDK)', () => {
       assert.equal(await readFile(path.join(target, 'nested', 'a.txt'), 'utf8'), 'A');
       assert.deepEqual((await readdir(target)).sort(), ['nested']);
       await environment.download(handle, '/nothing/here', path.join(dir, 'none'));
+      // Several folders in one archive (collect's /logs/agent and /logs/verifier): those there, each as download puts it.
+      const folders = path.join(dir, 'folders');
+      const selection = { folders: ['up1', 'up2', 'absent'], maxSkippedBytes: 0 };
+      assert.equal(await environment.downloadFolders(handle, '/tmp', selection, folders), true);
+      assert.deepEqual((await readdir(folders)).sort(), ['up1', 'up2']);
+      assert.equal(await readFile(path.join(folders, 'up2', 'nested', 'a.txt'), 'utf8'), 'A');
+      assert.deepEqual((await readdir(path.join(folders, 'up1'))).sort(), ['nested'], 'the link skipped');
+      assert.equal(await environment.downloadFolders(handle, '/nothing', selection, path.join(dir, 'none2')), true);
     });
 
     it('openProcess carries stdin and stdout both ways while the process runs (the gateway relay channel)', async () => {

@@ -9,9 +9,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { DEFAULT_FLY_API, FlyApi, FlyApiError, flyQuotaMessage } from '../../../src/environments/fly/api';
+import { DEFAULT_FLY_API, FlyApi, FlyApiError, flyQuotaMessage } from '../../../src/environments/fly/client';
 import { flyGuestSize } from '../../../src/environments/fly/guest';
-import { MachineExec } from '../../../src/environments/fly/machine-exec';
+import { MachineExec } from '../../../src/environments/fly/exec';
 import type { CloudStandIn } from '../../support/cloud-stand-in';
 import { REAL_CLOUD } from '../../support/cloud-suite';
 import { startFlyStandIn } from './fly-stand-in';

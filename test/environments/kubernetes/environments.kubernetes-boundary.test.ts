@@ -2,7 +2,9 @@
  * A hostile agent inside a kubernetes trial pod, on a real cluster (`npm run test:k8s`; security review finding L8):
  * it finds no service-account token (even when the job names an account for the pod), no environment variables naming
  * the namespace's services, no-new-privileges set, NET_RAW and MKNOD out of its effective capabilities, and the
- * runtime's seccomp filter on; it is still root, as task images expect.
+ * runtime's seccomp filter on; it is still root, as task images expect. The provider has put the NetworkPolicy denying
+ * ingress to trial pods in the namespace (kept there afterwards, as in production); whether it is enforced depends on
+ * the cluster's network plugin (scripts/k8s-cluster.sh's bridge plugin does not enforce it: docs/security.md).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -11,11 +13,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
 
 import type { StartRequest } from '../../../src/contracts/environment';
 import type { EnvironmentHandle } from '../../../src/contracts/trial';
 import { KubernetesEnvironment } from '../../../src/environments/kubernetes';
+import { Clusters } from '../../../src/environments/kubernetes/client';
+import { TRIAL_NETWORK_POLICY, TrialNetworkPolicies } from '../../../src/environments/kubernetes/network-policy';
 import type { KubernetesTarget } from './kubernetes-target';
 import { ON_CLUSTER, startKubernetesTarget } from './kubernetes-target';
 
@@ -33,6 +37,7 @@ describe(
     let dir: string;
     let target: KubernetesTarget;
     let core: CoreV1Api;
+    let kubeConfig: () => KubeConfig;
     let environment: KubernetesEnvironment;
     let handle: EnvironmentHandle;
     const sh = async (command: string) => {
@@ -46,7 +51,7 @@ describe(
       const started = await startKubernetesTarget({ dir, namespace: 'rollout-test' });
       if (typeof started === 'string') throw new Error(started);
       target = started;
-      const kubeConfig = () => {
+      kubeConfig = () => {
         const config = new KubeConfig();
         config.loadFromFile(target.kubeconfig);
         return config;
@@ -116,6 +121,29 @@ describe(
       const mknod = await environment.exec(handle, { command: 'mknod /tmp/null-copy c 1 3' });
       assert.notEqual(mknod.exitCode, 0);
       assert.match(mknod.stderr, /Operation not permitted/);
+    });
+
+    it('has put the NetworkPolicy denying all ingress to trial pods in the namespace, idempotently', async () => {
+      const networking = kubeConfig().makeApiClient(NetworkingV1Api);
+      const policy = await networking.readNamespacedNetworkPolicy({
+        namespace: target.namespace,
+        name: TRIAL_NETWORK_POLICY,
+      });
+      assert.deepEqual(policy.spec?.policyTypes, ['Ingress']);
+      assert.deepEqual(policy.spec?.ingress ?? [], [], 'no ingress rule: nothing allowed in');
+      assert.deepEqual(
+        policy.spec?.podSelector?.matchExpressions?.map(({ key, operator, values }) => ({ key, operator, values })),
+        [{ key: 'rollout.trial', operator: 'Exists', values: undefined }]
+      );
+      const [pod] = await target.pods(`rollout.deployment=boundary-${run}`);
+      assert.ok(pod?.metadata?.labels?.['rollout.trial'], 'the trial pod carries the label the policy selects');
+      // Another worker process: the policy already there is kept, and its start goes on.
+      await new TrialNetworkPolicies().ensure(new Clusters(kubeConfig).get(), target.namespace);
+      const again = await networking.readNamespacedNetworkPolicy({
+        namespace: target.namespace,
+        name: TRIAL_NETWORK_POLICY,
+      });
+      assert.equal(again.metadata?.uid, policy.metadata?.uid);
     });
   }
 );

@@ -5,7 +5,7 @@
  * It serves the subset of the core v1 API those cases use, over plain HTTP, with real containers of the local Docker
  * engine behind its pods, so @kubernetes/client-node talks to it as to a cluster through a kubeconfig: pods
  * create/get/list/watch/delete (label and field selectors), pod status (Pending, Running and Ready, Failed with
- * Evicted), and exec over websocket with Kubernetes' channel protocol (v5 with stdin close, or
+ * Evicted), NetworkPolicy creation (kept, not enforced), and exec over websocket with Kubernetes' channel protocol (v5 with stdin close, or
  * v4) and its status channel. Its "kubelet" runs each pod's one container, from an image the Docker engine has.
  *
  * Fidelity gaps the real cluster showed (kept in mind where the stand-in is still used): a deleted pod's exec ends
@@ -157,6 +157,7 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
     return record.pod;
   };
 
+  const networkPolicies = new Set<string>();
   const server = createServer((request, response) => {
     handle(request, response).catch((err: unknown) => {
       if (!response.headersSent) sendStatus(response, 500, 'InternalError', (err as Error).message);
@@ -176,6 +177,15 @@ export async function startKubernetesStandIn(options: StandInOptions): Promise<K
 
     if (url.pathname === '/api/v1/pods' && method === 'GET') {
       return sendPods(response, [...pods.values()].map((r) => r.pod).filter(matches));
+    }
+    const policy = /^\/apis\/networking\.k8s\.io\/v1\/namespaces\/([^/]+)\/networkpolicies$/.exec(url.pathname);
+    if (policy && method === 'POST') {
+      // Stored and answered as an API server does (201, then 409); like most network plugins, not enforced.
+      const body = JSON.parse(await readBody(request)) as { metadata?: { name?: string } };
+      const policyKey = key(policy[1]!, body.metadata?.name ?? '');
+      if (networkPolicies.has(policyKey)) return sendStatus(response, 409, 'AlreadyExists', 'networkpolicy exists');
+      networkPolicies.add(policyKey);
+      return sendJson(response, 201, body);
     }
     if (parts[0] !== 'api' || parts[1] !== 'v1' || parts[2] !== 'namespaces' || !parts[3]) {
       return sendStatus(response, 404, 'NotFound', `the stand-in does not serve ${method} ${url.pathname}`);

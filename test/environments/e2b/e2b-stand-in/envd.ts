@@ -154,6 +154,9 @@ async function start(sandbox: EnvdSandbox, req: IncomingMessage, res: ServerResp
     cwd: call.process.cwd,
     stdin: call.stdin ?? false,
   };
+  if (globalThis.process.env.ROLLOUT_STAND_IN_TRACE === '1') {
+    globalThis.process.stderr.write(`e2b stand-in: start ${JSON.stringify(spec.args.at(-1)).slice(0, 160)}\n`);
+  }
   const { events } = streamEvents(req, res);
   const process = new SandboxProcess(spec, events, (started) => sandbox.processes.set(started.pid, started));
   // A process that ended is forgotten, as envd forgets it (its pid may be reused).

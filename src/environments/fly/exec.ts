@@ -20,7 +20,7 @@ import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
 import { commandLine } from '../trial-container';
-import type { FlyApi } from './api';
+import type { FlyApi } from './client';
 
 /** A command without a limit of its own. */
 const DEFAULT_EXEC_TIMEOUT_SEC = 600;

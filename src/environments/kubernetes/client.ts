@@ -5,7 +5,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import type * as KubernetesClient from '@kubernetes/client-node';
-import type { CoreV1Api, Exec, KubeConfig } from '@kubernetes/client-node';
+import type { CoreV1Api, Exec, KubeConfig, NetworkingV1Api } from '@kubernetes/client-node';
 
 import { firstLine } from '../exec-output';
 
@@ -13,6 +13,7 @@ import { firstLine } from '../exec-output';
 export interface Cluster {
   config: KubeConfig;
   core: CoreV1Api;
+  networking: NetworkingV1Api;
   exec: Exec;
 }
 
@@ -52,7 +53,12 @@ export class Clusters {
       if (!config.getCurrentCluster()) {
         throw new Error('no Kubernetes cluster configured (set KUBECONFIG, or run inside a cluster)');
       }
-      cluster = { config, core: config.makeApiClient(client().CoreV1Api), exec: new (client().Exec)(config) };
+      cluster = {
+        config,
+        core: config.makeApiClient(client().CoreV1Api),
+        networking: config.makeApiClient(client().NetworkingV1Api),
+        exec: new (client().Exec)(config),
+      };
       this.clusters.set(key, cluster);
     }
     return cluster;
@@ -85,6 +91,10 @@ function defaultKubeConfig(): KubeConfig {
 
 export function isNotFound(err: unknown): boolean {
   return err instanceof client().ApiException && err.code === 404;
+}
+
+export function isAlreadyExists(err: unknown): boolean {
+  return err instanceof client().ApiException && err.code === 409;
 }
 
 export function toError(err: unknown): Error {

@@ -4,8 +4,8 @@ import type { ExecRequest, ExecResult, StreamedProcess, StreamedProcessRequest }
 import { log } from '../../log';
 import { OutputTail } from '../exec-output';
 import { E2B_KILL_ALL, E2B_SETTLE, E2B_SETTLED_MARK } from './kill-all';
-import type { CommandHandle, Sandbox } from './sdk';
-import { sdk } from './sdk';
+import type { CommandHandle, Sandbox } from './client';
+import { sdk } from './client';
 
 export class SandboxCommands {
   constructor(private readonly sandboxOf: (handle: EnvironmentHandle) => Promise<Sandbox>) {}
@@ -53,17 +53,22 @@ export class SandboxCommands {
    * Starts the settled mark (E2B_SETTLED_MARK) once the sandbox's boot has settled, before the trial's first command:
    * what runs by then (systemd's services, the template's start command) is spared by every later kill of all. Its
    * start time is fixed when envd reports it started, so it is earlier than anything started after this returns.
+   * Returns the working directory commands start in ('' when the settling printed none).
    */
-  async settle(handle: EnvironmentHandle): Promise<void> {
+  async settle(handle: EnvironmentHandle): Promise<string> {
     const sandbox = await this.sandboxOf(handle);
-    const laidOut = await sandbox.commands.run(E2B_SETTLE, { user: 'root', timeoutMs: 90_000 }).catch(exitResult);
+    const laidOut = await sandbox.commands
+      .run(E2B_SETTLE, { user: 'root', timeoutMs: 90_000 })
+      .catch((err: unknown) => ({ ...exitResult(err), stdout: (err as { stdout?: string }).stdout ?? '' }));
+    const workdir = laidOut.stdout.split('\n')[0]!.trim();
     if (laidOut.exitCode !== 0) {
       // No mark: the kill of all spares only what started before envd (services that started later die with it).
       log.warn(`e2b: sandbox ${handle.id}: no settled mark (exit ${laidOut.exitCode})`);
-      return;
+      return workdir;
     }
     const mark = await sandbox.commands.run(E2B_SETTLED_MARK, { background: true, user: 'root', timeoutMs: 0 });
     await mark.disconnect();
+    return workdir;
   }
 
   async killAll(handle: EnvironmentHandle): Promise<void> {

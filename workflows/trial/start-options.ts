@@ -4,7 +4,7 @@
  */
 import type { SearchAttributePair } from '@temporalio/common';
 
-import type { TrialSpec } from '../contracts/trial';
+import type { TrialSpec } from '../../src/contracts/trial';
 import {
   RolloutAgent,
   RolloutAttempt,
@@ -12,7 +12,7 @@ import {
   RolloutJob,
   RolloutStatus,
   RolloutTask,
-} from './search-attributes';
+} from '../search-attributes';
 
 /**
  * The id, argument, summary and search attributes of a trial's workflow. Callers add how a closed workflow with the

@@ -9,7 +9,7 @@ import path from 'node:path';
 
 import { isAbsent } from '../../files/absent';
 import { ProviderConfigError } from '../../contracts/provider';
-import { client } from './cluster';
+import { client } from './client';
 import type { KubernetesSettings } from './settings';
 
 const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
