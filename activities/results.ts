@@ -44,7 +44,7 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
   // keeps what the first write put there, whatever it would write now.
   const written = await readJson<TrialResult>(resultFile);
   if (written && sameTrialRun(written, result)) {
-    await appendTrialLog(spec.jobDir, spec.trialName, 'result', 'result.json already written for this run: kept');
+    await log(spec, 'result', 'result.json already written for this run: kept');
     if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, [TRIAL_FILES.log, TRIAL_FILES.trajectory]);
     return { usage: written.usage ?? null };
   }
