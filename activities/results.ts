@@ -39,6 +39,15 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
   const inStore = isStoreUrl(spec.jobDir);
   // A store job's result written away from its host: over what that host uploaded.
   if (inStore) await restoreTrialFolder(spec.jobDir, spec.trialName);
+  const resultFile = jobFiles.trialResult(spec.jobDir, spec.trialName);
+  // Written once: a retry of this step (its worker died after the write, before Temporal recorded the step's end)
+  // keeps what the first write put there, whatever it would write now.
+  const written = await readJson<TrialResult>(resultFile);
+  if (written && sameTrialRun(written, result)) {
+    await log(spec, 'result', 'result.json already written for this run: kept');
+    if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, [TRIAL_FILES.log, TRIAL_FILES.trajectory]);
+    return { usage: written.usage ?? null };
+  }
   // A collect that died half-way left the container's files in place of the gateway's records, unscrubbed: settled
   // now, or this step fails. What is written here (error messages: a reward file's first bytes, an upstream's error
   // body) is scrubbed before it is written, and so is every trial.log line (`log`): none is written after the scrub
@@ -67,11 +76,28 @@ export async function writeTrialResult({ spec, result }: WriteTrialResultInput):
     });
     if (trajectory) await writeJsonAtomic(path.join(agentDir, 'trajectory.json'), trajectory);
   }
-  await writeJsonAtomic(jobFiles.trialResult(spec.jobDir, spec.trialName), { ...result, usage });
+  let first = true;
+  await writeJsonAtomic(resultFile, { ...result, usage }, async () => {
+    const current = await readJson<TrialResult>(resultFile);
+    first = !current || !sameTrialRun(current, result);
+    return first;
+  });
+  if (!first) return { usage: (await readJson<TrialResult>(resultFile))?.usage ?? null };
   trialFinished(spec.environmentType, result.error?.type ?? null, result.restarts);
   // What this step wrote, then result.json: the trial's folder is complete in the store.
   if (inStore) await commitTrialFolder(spec.jobDir, spec.trialName, [TRIAL_FILES.log, TRIAL_FILES.trajectory]);
   return { usage };
+}
+
+/** The same run of the same trial: its workflow, attempt, retry and start (a new run empties the folder first). */
+function sameTrialRun(a: TrialResult, b: TrialResult): boolean {
+  return (
+    a.trial_name === b.trial_name &&
+    a.attempt === b.attempt &&
+    (a.retries ?? 0) === (b.retries ?? 0) &&
+    a.workflow_id === b.workflow_id &&
+    a.started_at === b.started_at
+  );
 }
 
 export interface WriteJobResultInput {

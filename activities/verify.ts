@@ -3,6 +3,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
+import { ApplicationFailure } from '@temporalio/activity';
+
 import type { Environment } from '../src/contracts/environment';
 import { TaskEnvironmentError } from '../src/contracts/environment';
 import { runHealthcheck } from '../src/environments/healthcheck';
@@ -18,7 +20,10 @@ import { collectArtifacts, placeArtifacts } from '../src/trial/artifacts';
 import { verifierBuild } from '../src/trial/verifier-build';
 
 import { readReward } from '../src/trial/reward';
-import type { EnvironmentHandle, Rewards, TrialSpec } from '../src/contracts/trial';
+import type { VerifierRun } from '../src/trial/verifier-runs';
+import { lastVerifierRun, recordVerifierRun } from '../src/trial/verifier-runs';
+import type { EnvironmentHandle, Rewards, TaskErrorType, TrialSpec } from '../src/contracts/trial';
+import { TASK_ERROR_TYPES } from '../src/contracts/trial';
 
 /** Largest reward file read: far above any real one (a 10 MB reward.json is fine), far below a worker's memory. */
 const REWARD_FILE_MAX_BYTES = 64 * 2 ** 20;
@@ -112,68 +117,113 @@ export function runVerifier(deps: ActivityDeps) {
     const task = taskAtStep(await loadTrialTask(spec), taskStep);
     const separate = separateVerifierEnvironment(task.config);
     const timeoutSec = taskStep ? taskStepSpec(spec, taskStep).timeouts.verify : spec.timeouts.verify;
-    return heartbeating(async (signal) => {
-      // Harbor's collection pass, before the tests in either mode (a multi-step task's after each step, into
-      // steps/<name>/artifacts, Harbor's layout).
-      const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
-      const steps = spec.multiStep?.steps ?? [];
-      // The agent's environment has no further use in separate mode (on a multi-step task's last step): main is
-      // stopped before the sidecars' evidence is taken, as Harbor does; its /logs/verifier is emptied first for the
-      // verifier's, copied there later.
-      const lastUse = separate && (!taskStep || steps.at(-1)?.name === taskStep);
-      let mainStopped = false;
-      // The agent's leftovers die first (the execute step left that to this one, see leftoversKilledByVerifier):
-      // with the reset, in one exec, where nothing is collected that the reset would touch.
-      const killLeftovers = leftoversKilledByVerifier(spec, task, environment);
-      const resetFirst = killLeftovers && collectsNothingFirst(task);
-      if (resetFirst) {
-        await resetVerifierLogs(environment, handle, signal, true, environment.killAllCommand).catch(
-          async (err: unknown) => {
-            // No process could start, or none will after the kill (a fork bomb's zombies hold the pids limit):
-            // killAll has other means (the docker provider restarts the container). Then the reset alone.
-            const reason = (err instanceof Error ? err.message : String(err)).split('\n')[0];
-            await log(spec, 'verify', `killing the agent's processes with the reset failed (${reason}): killAll`);
-            await environment.killAll(handle);
-            await resetVerifierLogs(environment, handle, signal, true);
-          }
-        );
-      } else if (killLeftovers) await environment.killAll(handle);
-      const artifactsDir = path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts');
-      const collected = await collectArtifacts(environment, handle, {
-        hooks: task.config.verifier.collect,
-        entries: task.config.artifacts,
-        hostDir: artifactsDir,
-        budget: await trialCollectBudget(trialDir, spec.collectLimits, [artifactsDir]),
-        signal,
-        report: (message) => log(spec, 'verify', message),
-        ...(lastUse
-          ? {
-              beforeSidecars: async () => {
-                if (!environment.halt) return;
-                await resetVerifierLogs(environment, handle, signal, false);
-                await environment.halt(handle);
-                mainStopped = true;
-              },
+    const trialDir = jobFiles.trialDir(spec.jobDir, spec.trialName);
+    const run = { sandbox: handle.id, step: taskStep ?? null };
+    const earlier = await lastVerifierRun(trialDir, run);
+    if (earlier && earlier.state !== 'aborted') return earlierOutcome(spec, earlier);
+    await recordVerifierRun(trialDir, run, { state: 'started' });
+    try {
+      const rewards = await scoreOnce();
+      await recordVerifierRun(trialDir, run, { state: 'scored', rewards });
+      return rewards;
+    } catch (err) {
+      const failed = taskErrorOf(err);
+      await recordVerifierRun(trialDir, run, failed ? { state: 'failed', error: failed } : { state: 'aborted' });
+      throw err;
+    }
+
+    function scoreOnce(): Promise<Rewards> {
+      return heartbeating(async (signal) => {
+        // Harbor's collection pass, before the tests in either mode (a multi-step task's after each step, into
+        // steps/<name>/artifacts, Harbor's layout).
+        const steps = spec.multiStep?.steps ?? [];
+        // The agent's environment has no further use in separate mode (on a multi-step task's last step): main is
+        // stopped before the sidecars' evidence is taken, as Harbor does; its /logs/verifier is emptied first for the
+        // verifier's, copied there later.
+        const lastUse = separate && (!taskStep || steps.at(-1)?.name === taskStep);
+        let mainStopped = false;
+        // The agent's leftovers die first (the execute step left that to this one, see leftoversKilledByVerifier):
+        // with the reset, in one exec, where nothing is collected that the reset would touch.
+        const killLeftovers = leftoversKilledByVerifier(spec, task, environment);
+        const resetFirst = killLeftovers && collectsNothingFirst(task);
+        if (resetFirst) {
+          await resetVerifierLogs(environment, handle, signal, true, environment.killAllCommand).catch(
+            async (err: unknown) => {
+              // No process could start, or none will after the kill (a fork bomb's zombies hold the pids limit):
+              // killAll has other means (the docker provider restarts the container). Then the reset alone.
+              const reason = (err instanceof Error ? err.message : String(err)).split('\n')[0];
+              await log(spec, 'verify', `killing the agent's processes with the reset failed (${reason}): killAll`);
+              await environment.killAll(handle);
+              await resetVerifierLogs(environment, handle, signal, true);
             }
-          : {}),
+          );
+        } else if (killLeftovers) await environment.killAll(handle);
+        const artifactsDir = path.join(...(taskStep ? [trialDir, 'steps', taskStep] : [trialDir]), 'artifacts');
+        const collected = await collectArtifacts(environment, handle, {
+          hooks: task.config.verifier.collect,
+          entries: task.config.artifacts,
+          hostDir: artifactsDir,
+          budget: await trialCollectBudget(trialDir, spec.collectLimits, [artifactsDir]),
+          signal,
+          report: (message) => log(spec, 'verify', message),
+          ...(lastUse
+            ? {
+                beforeSidecars: async () => {
+                  if (!environment.halt) return;
+                  await resetVerifierLogs(environment, handle, signal, false);
+                  await environment.halt(handle);
+                  mainStopped = true;
+                },
+              }
+            : {}),
+        });
+        if (!separate) {
+          if (!resetFirst) await resetVerifierLogs(environment, handle, signal, true);
+          // A step's own tests/ over the task's shared one.
+          for (const dir of task.testsDirs) await environment.upload(handle, dir, '/tests');
+          return test(environment, handle, spec, task, timeoutSec, signal, 'shared');
+        }
+        return verifySeparately(
+          deps,
+          environment,
+          { spec, handle },
+          task,
+          collected,
+          { timeoutSec, mainStopped },
+          signal
+        );
       });
-      if (!separate) {
-        if (!resetFirst) await resetVerifierLogs(environment, handle, signal, true);
-        // A step's own tests/ over the task's shared one.
-        for (const dir of task.testsDirs) await environment.upload(handle, dir, '/tests');
-        return test(environment, handle, spec, task, timeoutSec, signal, 'shared');
-      }
-      return verifySeparately(
-        deps,
-        environment,
-        { spec, handle },
-        task,
-        collected,
-        { timeoutSec, mainStopped },
-        signal
-      );
-    });
+    }
   };
+}
+
+/**
+ * What an earlier run of this step recorded for the same sandbox: its score or its task failure, as it was. One that
+ * started and recorded nothing died with its worker; its tests may still run in the sandbox, so they are not started
+ * beside them: an infrastructure error, and the trial restarts on a fresh sandbox.
+ */
+async function earlierOutcome(spec: TrialSpec, earlier: VerifierRun): Promise<Rewards> {
+  const at = `recorded ${earlier.at} for sandbox ${earlier.sandbox.slice(0, 12)}`;
+  if (earlier.state === 'scored') {
+    await log(spec, 'verify', `already scored (${at}): rewards ${JSON.stringify(earlier.rewards)} kept, not run again`);
+    return earlier.rewards;
+  }
+  if (earlier.state === 'failed') {
+    await log(spec, 'verify', `already scored (${at}): ${earlier.error.type} kept, not run again`);
+    throw taskFailure(earlier.error.type, earlier.error.message);
+  }
+  const message = `the verifier started (${at}) on a worker that died before it recorded an outcome: not run twice on the same sandbox`;
+  await log(spec, 'verify', message);
+  throw ApplicationFailure.nonRetryable(message, VERIFIER_INTERRUPTED_ERROR);
+}
+
+const VERIFIER_INTERRUPTED_ERROR = 'VerifierInterruptedError';
+
+/** The task failure an error is (a score the agent earned, recorded as such), or null for any other error. */
+function taskErrorOf(err: unknown): { type: TaskErrorType; message: string } | null {
+  if (err instanceof TaskEnvironmentError) return { type: err.type, message: err.message };
+  if (err instanceof ApplicationFailure && isTaskErrorType(err.type)) return { type: err.type, message: err.message };
+  return null;
 }
 
 async function verifySeparately(
@@ -343,4 +393,8 @@ async function copyVerifierLogs(
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+function isTaskErrorType(type: string | undefined | null): type is TaskErrorType {
+  return (TASK_ERROR_TYPES as readonly (string | undefined | null)[]).includes(type);
 }

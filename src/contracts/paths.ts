@@ -47,6 +47,9 @@ export const EARLIER_RUNS_DIR = 'earlier-runs';
  */
 export const SANDBOX_RECORD_FILE = 'sandboxes.jsonl';
 
+/** The verifier's runs of this trial run, one record per sandbox and task step (src/trial/verifier-runs.ts). */
+export const VERIFIER_RUNS_FILE = 'verifier-runs.jsonl';
+
 /** The files of a trial folder (or of one step's folder, `steps/<name>`, which has the same log folders). */
 export function trialLayout(trialDir: string) {
   const agent = path.join(trialDir, 'agent');
@@ -61,6 +64,7 @@ export function trialLayout(trialDir: string) {
     artifacts: path.join(trialDir, 'artifacts'),
     earlierRuns: path.join(trialDir, EARLIER_RUNS_DIR),
     sandboxes: path.join(trialDir, SANDBOX_RECORD_FILE),
+    verifierRuns: path.join(trialDir, VERIFIER_RUNS_FILE),
     result: path.join(trialDir, 'result.json'),
     log: path.join(trialDir, 'trial.log'),
     step: (name: string) => path.join(trialDir, 'steps', name),

@@ -22,6 +22,8 @@ export async function writeLocalJob(options: {
   attempts: number;
   concurrency: number;
   execute?: string;
+  /** tests/test.sh (run in the sandbox's folder); by default reward 1 when answer.txt says ok. */
+  test?: string;
 }): Promise<string> {
   const dir = await mkdtemp(path.join(tmpdir(), 'rollout-local-'));
   const task = path.join(dir, 'tasks', 'trivial');
@@ -33,7 +35,8 @@ export async function writeLocalJob(options: {
   await writeFile(path.join(task, 'instruction.md'), 'Write ok to answer.txt.');
   await writeFile(
     path.join(task, 'tests', 'test.sh'),
-    'if [ "$(cat answer.txt)" = ok ]; then echo 1; else echo 0; fi > "$ROLLOUT_LOGS_DIR/verifier/reward.txt"\n'
+    options.test ??
+      'if [ "$(cat answer.txt)" = ok ]; then echo 1; else echo 0; fi > "$ROLLOUT_LOGS_DIR/verifier/reward.txt"\n'
   );
   await writeFile(
     path.join(dir, 'job.yaml'),
