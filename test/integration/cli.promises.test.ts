@@ -87,13 +87,15 @@ describe('a job cancelled, or left without its CLI', () => {
     );
     for (const key of [...Object.keys(job), ...trialKeys])
       assert.ok(documented.includes(`\`${key}\``), `${key} is not in docs/results.md`);
-    // A trial that ran once, with no model calls, has no earlier runs to keep; its sandbox record names its container.
+    // A trial that ran once, with no model calls, has no earlier runs to keep; its sandbox record names its container
+    // and its verifier record the one scored run (docs/results.md).
     assert.deepEqual((await readdir(path.join(jobDir, 'trivial__echo__1'))).sort(), [
       'agent',
       'result.json',
       'sandboxes.jsonl',
       'trial.log',
       'verifier',
+      'verifier-runs.jsonl',
     ]);
 
     const jobs = await runCli(['jobs'], { cwd });
