@@ -6,7 +6,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createLocalStepActivities, createProviderActivities, jobActivities } from '../activities';
 import type { CaTrustMode } from '../src/environments/ca-trust';
 import { hostCaBundle } from '../src/environments/ca-trust';
-import type { Environment } from '../src/contracts/environment';
+import type { Environment, EnvironmentOwner } from '../src/contracts/environment';
 import { createEnvironment } from '../src/environments';
 import type { EnvironmentType } from '../src/contracts/job-config';
 import { ModelGateway } from '../src/gateway/gateway';
@@ -95,38 +95,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
   };
   const workerId = options.workerId ?? owner.hostId;
   const identity = `${workerId}/${process.pid}`;
-  const slots = options.slots ?? new CountingTrialSlots(options.maxTrials);
-  const environments = new Map<EnvironmentType, Environment>();
-  const deps = {
-    hostId: workerId,
-    slots,
-    caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
-    gateway: new ModelGateway({
-      maxWaitMs: maxWaitMsFromEnv(),
-      rateLimits: options.rateLimits ?? [],
-      ...(options.client
-        ? {
-            sharedLimits: new TemporalRateLimits(options.client, owner.deployment),
-            sharedConcurrency: new TemporalConcurrencyShares(options.client, owner.deployment),
-            spendLedgers: new TemporalSpendLedgers(options.client),
-          }
-        : {}),
-    }),
-    creation: new SandboxCreation(
-      options.client ? new TemporalCreationRate(options.client, owner.deployment) : undefined
-    ),
-    ...(options.client ? { policyVersions: new TemporalPolicyVersions(options.client) } : {}),
-    environment(type: EnvironmentType) {
-      let environment = environments.get(type);
-      if (!environment) {
-        environment = createEnvironment(type, owner);
-        environments.set(type, environment);
-      }
-      return environment;
-    },
-    hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
-    caps: options.caps ?? DEFAULT_WORKER_CAPS,
-  };
+  const deps = await activityDeps(options, owner, workerId);
   const activities = createProviderActivities(deps);
   const common = {
     connection: options.connection,
@@ -178,6 +147,42 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     );
   }
   return Promise.all(workers);
+}
+
+/** What the activities of one process share: its trial slots, CA bundle, model gateway, creation pace, providers. */
+async function activityDeps(options: WorkerSetOptions, owner: EnvironmentOwner, workerId: string) {
+  const slots = options.slots ?? new CountingTrialSlots(options.maxTrials);
+  const environments = new Map<EnvironmentType, Environment>();
+  return {
+    hostId: workerId,
+    slots,
+    caBundle: await hostCaBundle(options.containerCaTrust ?? 'auto'),
+    gateway: new ModelGateway({
+      maxWaitMs: maxWaitMsFromEnv(),
+      rateLimits: options.rateLimits ?? [],
+      ...(options.client
+        ? {
+            sharedLimits: new TemporalRateLimits(options.client, owner.deployment),
+            sharedConcurrency: new TemporalConcurrencyShares(options.client, owner.deployment),
+            spendLedgers: new TemporalSpendLedgers(options.client),
+          }
+        : {}),
+    }),
+    creation: new SandboxCreation(
+      options.client ? new TemporalCreationRate(options.client, owner.deployment) : undefined
+    ),
+    ...(options.client ? { policyVersions: new TemporalPolicyVersions(options.client) } : {}),
+    environment(type: EnvironmentType) {
+      let environment = environments.get(type);
+      if (!environment) {
+        environment = createEnvironment(type, owner);
+        environments.set(type, environment);
+      }
+      return environment;
+    },
+    hostQueue: (type: EnvironmentType) => hostQueue(type, workerId),
+    caps: options.caps ?? DEFAULT_WORKER_CAPS,
+  };
 }
 
 /** Runs workers until they shut down (signal, or `shutdown()`); one failing stops the others. */
@@ -262,17 +267,6 @@ export async function startWorkers(
     for (const worker of workers) if (worker.getState() === 'RUNNING') worker.shutdown();
     await done.catch(() => undefined);
   };
-  // Trials handed back restart elsewhere; their environments here are removed now (their own cleanup step waits for
-  // this host's queue until the host counts as lost, then reports it as a cleanup error).
-  const removeHandedBack = async (trialIds: string[]) => {
-    for (const type of options.environmentTypes) {
-      const environment = createEnvironment(type, owner);
-      if (!environment.hostBound) continue;
-      for (const trialId of trialIds) {
-        await bestEffort(`removing handed-back trial ${trialId}'s environment`, environment.removeTrial(trialId));
-      }
-    }
-  };
   let draining = false;
   return {
     workerId: lease.workerId,
@@ -288,26 +282,52 @@ export async function startWorkers(
       for (const worker of workers) {
         if (isProviderQueue(worker.options.taskQueue) && worker.getState() === 'RUNNING') worker.shutdown();
       }
-      let stopped = false;
-      done.then(
-        () => (stopped = true),
-        () => (stopped = true)
-      );
-      let reported = -1;
-      while (!stopped) {
-        const running = await Promise.all(waitingFor.map((trialId) => trialRunning(options.client, trialId)));
-        waitingFor = waitingFor.filter((_, index) => running[index]);
-        if (waitingFor.length === 0 || Date.now() >= deadline) break;
-        if (waitingFor.length !== reported) onWait((reported = waitingFor.length));
-        await new Promise((resolve) =>
-          setTimeout(resolve, Math.min(DRAIN_POLL_MS, Math.max(0, deadline - Date.now())))
-        );
-      }
+      waitingFor = await waitForTrials(options.client, waitingFor, { done, deadline, onWait });
       await stop();
-      if (waitingFor.length > 0) await removeHandedBack(waitingFor);
+      if (waitingFor.length > 0) await removeHandedBack(options.environmentTypes, owner, waitingFor);
       return waitingFor.length;
     },
   };
+}
+
+/**
+ * Waits until the trials a draining worker holds have ended, the workers stopped, or the deadline passed; tells
+ * `onWait` how many it waits for, each time that changes. Resolves with the trials still running.
+ */
+async function waitForTrials(
+  client: Client,
+  trialIds: string[],
+  until: { done: Promise<void>; deadline: number; onWait: (trials: number) => void }
+): Promise<string[]> {
+  let waitingFor = trialIds;
+  let stopped = false;
+  until.done.then(
+    () => (stopped = true),
+    () => (stopped = true)
+  );
+  let reported = -1;
+  while (!stopped) {
+    const running = await Promise.all(waitingFor.map((trialId) => trialRunning(client, trialId)));
+    waitingFor = waitingFor.filter((_, index) => running[index]);
+    if (waitingFor.length === 0 || Date.now() >= until.deadline) break;
+    if (waitingFor.length !== reported) until.onWait((reported = waitingFor.length));
+    await new Promise((resolve) =>
+      setTimeout(resolve, Math.min(DRAIN_POLL_MS, Math.max(0, until.deadline - Date.now())))
+    );
+  }
+  return waitingFor;
+}
+
+// Trials handed back restart elsewhere; their environments here are removed now (their own cleanup step waits for
+// this host's queue until the host counts as lost, then reports it as a cleanup error).
+async function removeHandedBack(types: EnvironmentType[], owner: EnvironmentOwner, trialIds: string[]): Promise<void> {
+  for (const type of types) {
+    const environment = createEnvironment(type, owner);
+    if (!environment.hostBound) continue;
+    for (const trialId of trialIds) {
+      await bestEffort(`removing handed-back trial ${trialId}'s environment`, environment.removeTrial(trialId));
+    }
+  }
 }
 
 /** Whether a trial's workflow still runs; while the server cannot tell (down, restarting), it counts as running. */

@@ -84,52 +84,55 @@ export function addWorkerCommand(program: Command): void {
       wholeNumber(0),
       DEFAULT_SHUTDOWN_GRACE_SEC
     )
-    .action(async (opts: WorkerFlags) => {
-      const config = await loadWorkerConfig(opts.config);
-      const sdkPort = opts.metricsPort === undefined ? null : await freeLoopbackPort();
-      const sdkMetrics = installQuietRuntime(opts.logLevel, {
-        shutdownSignals: [],
-        ...(sdkPort ? { prometheusAddress: `127.0.0.1:${sdkPort}` } : {}),
-      });
-      const endpoint = await resolveTemporal({ startDevServer: false });
-      let workers: RunningWorkers | null = null;
-      let client: Client | null = null;
-      // Up before the connection, so a liveness probe passes while the worker connects (readiness does not).
-      const metrics =
-        opts.metricsPort === undefined
-          ? null
-          : await startMetricsServer({
-              host: opts.metricsHost,
-              port: opts.metricsPort,
-              sdkMetricsUrl: sdkPort && sdkMetrics ? `http://127.0.0.1:${sdkPort}/metrics` : null,
-              notReady: () => notReady(workers, client),
-            });
-      if (metrics) log.info(`worker metrics on ${metrics.url}/metrics (health: /healthz, /readyz)`);
-      const connected = await connectClient(endpoint);
-      client = connected.client;
-      await ensureSearchAttributes(connected.connection, endpoint.namespace);
-      workers = await startWorkers({
-        address: endpoint.address,
-        namespace: endpoint.namespace,
-        connectionOptions: endpoint.connection,
-        client,
-        hostId: opts.hostId,
-        environmentTypes: opts.env,
-        maxTrials: opts.maxTrials,
-        serveWorkflows: opts.workflows,
-        containerCaTrust: opts.containerCaTrust,
-        rateLimits: config.rate_limits,
-        caps: workerCaps(config),
-        shutdownGraceMs: opts.shutdownGrace * 1000,
-      });
-      const drained = drainOnSignals(workers, opts.shutdownGrace);
-      log.info(
-        `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
-      );
-      await workers.done;
-      await drained(); // a drain's own last steps (handed-back environments removed) follow its stop
-      await closeAll(metrics, connected.connection);
-    });
+    .action(runWorker);
+}
+
+/** `rollout worker`: metrics first (liveness while connecting), then the workers until they stop or drain. */
+async function runWorker(opts: WorkerFlags): Promise<void> {
+  const config = await loadWorkerConfig(opts.config);
+  const sdkPort = opts.metricsPort === undefined ? null : await freeLoopbackPort();
+  const sdkMetrics = installQuietRuntime(opts.logLevel, {
+    shutdownSignals: [],
+    ...(sdkPort ? { prometheusAddress: `127.0.0.1:${sdkPort}` } : {}),
+  });
+  const endpoint = await resolveTemporal({ startDevServer: false });
+  let workers: RunningWorkers | null = null;
+  let client: Client | null = null;
+  // Up before the connection, so a liveness probe passes while the worker connects (readiness does not).
+  const metrics =
+    opts.metricsPort === undefined
+      ? null
+      : await startMetricsServer({
+          host: opts.metricsHost,
+          port: opts.metricsPort,
+          sdkMetricsUrl: sdkPort && sdkMetrics ? `http://127.0.0.1:${sdkPort}/metrics` : null,
+          notReady: () => notReady(workers, client),
+        });
+  if (metrics) log.info(`worker metrics on ${metrics.url}/metrics (health: /healthz, /readyz)`);
+  const connected = await connectClient(endpoint);
+  client = connected.client;
+  await ensureSearchAttributes(connected.connection, endpoint.namespace);
+  workers = await startWorkers({
+    address: endpoint.address,
+    namespace: endpoint.namespace,
+    connectionOptions: endpoint.connection,
+    client,
+    hostId: opts.hostId,
+    environmentTypes: opts.env,
+    maxTrials: opts.maxTrials,
+    serveWorkflows: opts.workflows,
+    containerCaTrust: opts.containerCaTrust,
+    rateLimits: config.rate_limits,
+    caps: workerCaps(config),
+    shutdownGraceMs: opts.shutdownGrace * 1000,
+  });
+  const drained = drainOnSignals(workers, opts.shutdownGrace);
+  log.info(
+    `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
+  );
+  await workers.done;
+  await drained(); // a drain's own last steps (handed-back environments removed) follow its stop
+  await closeAll(metrics, connected.connection);
 }
 
 async function closeAll(metrics: MetricsServer | null, connection: { close(): Promise<void> }): Promise<void> {

@@ -183,21 +183,7 @@ function attempt(
     upstreamReq.on('response', (upstreamRes) => {
       status = upstreamRes.statusCode ?? 502;
       const wait = RETRIED_STATUSES.has(status) ? retryWait(upstreamRes.headers) : null;
-      if (wait !== null) {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        upstreamRes.on('data', (chunk: Buffer) => {
-          if (size < ATTEMPT_ERROR_CHARS) chunks.push(chunk);
-          size += chunk.length;
-        });
-        const retry = () => {
-          const message = `HTTP ${status}: ${Buffer.concat(chunks).toString('utf8').slice(0, ATTEMPT_ERROR_CHARS)}`;
-          settle({ kind: 'retry', status, message, waitMs: wait });
-        };
-        upstreamRes.on('end', retry);
-        upstreamRes.on('aborted', retry);
-        return;
-      }
+      if (wait !== null) return readForRetry(upstreamRes, wait, settle);
       const responseHeaders = { ...upstreamRes.headers };
       for (const key of HOP_BY_HOP) delete responseHeaders[key];
       const sse = /text\/event-stream/.test(upstreamRes.headers['content-type'] ?? '');
@@ -241,6 +227,23 @@ function attempt(
     });
     upstreamReq.end(body);
   });
+}
+
+/** A reply to retry: its start is kept for the message, the rest read and dropped; then the attempt ends. */
+function readForRetry(upstreamRes: http.IncomingMessage, waitMs: number, settle: (end: AttemptEnd) => void): void {
+  const status = upstreamRes.statusCode ?? 502;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  upstreamRes.on('data', (chunk: Buffer) => {
+    if (size < ATTEMPT_ERROR_CHARS) chunks.push(chunk);
+    size += chunk.length;
+  });
+  const retry = () => {
+    const message = `HTTP ${status}: ${Buffer.concat(chunks).toString('utf8').slice(0, ATTEMPT_ERROR_CHARS)}`;
+    settle({ kind: 'retry', status, message, waitMs });
+  };
+  upstreamRes.on('end', retry);
+  upstreamRes.on('aborted', retry);
 }
 
 /** A JSON reply without what the gateway added; a body that is not a JSON object passes as it came. */

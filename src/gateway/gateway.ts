@@ -18,7 +18,7 @@ import { log } from '../log';
 import type { SpendLedgers } from './budget';
 import { JobBudget, refusalMessage } from './budget';
 import { chargeOf, conservativeUsage } from './charge';
-import type { CallKind, Dialect, Vendor } from './dialect';
+import type { CallKind, Dialect, Usage, Vendor } from './dialect';
 import { dialectOf } from './dialects';
 import type { CallLimitsOptions } from './call-limits';
 import { CallLimits } from './call-limits';
@@ -221,29 +221,9 @@ export class ModelGateway implements SessionHost {
     const estimate = conservativeUsage(requestBody.length, body ?? {});
     let release = () => {};
     if (kind === 'generate') {
-      const gone = new AbortController();
-      res.once('close', () => gone.abort());
-      const admission = await session
-        .admit(model, estimate, gone.signal)
-        .catch((err: unknown) => new Error(String(err)));
-      if (admission instanceof Error || 'refusal' in admission) {
-        const refusal = admission instanceof Error ? admission : admission.refusal;
-        // Never sent upstream: the agent sees why, in its vendor's error shape (402: its SDK does not retry it).
-        const [status, message] =
-          refusal instanceof Error
-            ? [503, `rollout: the job's budget could not be checked (${refusal.message}); try again`]
-            : [402, refusalMessage(refusal)];
-        reply(res, status, message, vendor);
-        // The ledger out of reach is not the agent's doing either: the trial ends unscored, and runs again.
-        if (refusal instanceof Error)
-          return record({ status, response: null, usage: null, error: { type: 'ApiOverloadedError', message } });
-        return record({ status, response: null, usage: null, error: { type: null, message }, refused: refusal.kind });
-      }
-      if ('gone' in admission) {
-        const message = 'the agent closed the connection while the call waited for its limits or the budget';
-        return record({ status: 0, response: null, usage: null, error: { type: null, message } });
-      }
-      release = admission.release;
+      const admitted = await admit(session, res, vendor, model, estimate, record);
+      if (!admitted) return;
+      release = admitted;
     }
     try {
       const forwarded = await this.send(session, { req, res, url, vendor, rest, keyPlace }, headers, requestBody, {
@@ -307,4 +287,43 @@ export class ModelGateway implements SessionHost {
       : sendTo(session.options.upstreams[vendor], true));
     return { ...forwarded, rateLimitWaitMs, rules: rules.length };
   }
+}
+
+/**
+ * Admits a generation against the trial's limits and the job's budget. Refused (or the agent gone while it waited):
+ * the agent gets its answer, the call is recorded, and null comes back; else the hold's release.
+ */
+async function admit(
+  session: TrialSession,
+  res: http.ServerResponse,
+  vendor: Vendor,
+  model: string | null,
+  estimate: Usage,
+  record: (ended: Pick<LlmCallRecord, 'status' | 'response' | 'usage' | 'error'> & Partial<LlmCallRecord>) => void
+): Promise<(() => void) | null> {
+  const gone = new AbortController();
+  res.once('close', () => gone.abort());
+  const admission = await session.admit(model, estimate, gone.signal).catch((err: unknown) => new Error(String(err)));
+  if (admission instanceof Error || 'refusal' in admission) {
+    const refusal = admission instanceof Error ? admission : admission.refusal;
+    // Never sent upstream: the agent sees why, in its vendor's error shape (402: its SDK does not retry it).
+    const [status, message] =
+      refusal instanceof Error
+        ? [503, `rollout: the job's budget could not be checked (${refusal.message}); try again`]
+        : [402, refusalMessage(refusal)];
+    reply(res, status, message, vendor);
+    // The ledger out of reach is not the agent's doing either: the trial ends unscored, and runs again.
+    if (refusal instanceof Error) {
+      record({ status, response: null, usage: null, error: { type: 'ApiOverloadedError', message } });
+    } else {
+      record({ status, response: null, usage: null, error: { type: null, message }, refused: refusal.kind });
+    }
+    return null;
+  }
+  if ('gone' in admission) {
+    const message = 'the agent closed the connection while the call waited for its limits or the budget';
+    record({ status: 0, response: null, usage: null, error: { type: null, message } });
+    return null;
+  }
+  return admission.release;
 }

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import type { Client } from '@temporalio/client';
+import type { FastifyReply } from 'fastify';
 import {
   ActivityFailure,
   WithStartWorkflowOperation,
@@ -128,37 +129,7 @@ export class Sessions {
           400: ErrorSchema,
           503: ErrorSchema,
         },
-        handler: async ({ body }, reply) => {
-          const { task, dataset, idle_timeout_sec: idle, policy_version } = body as z.infer<typeof CreateSchema>;
-          if (dataset !== undefined && dataset !== this.datasetDir) {
-            return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
-          }
-          const planned = this.tasks.get(task);
-          if (!planned) {
-            return reply.code(400).send({
-              error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
-            });
-          }
-          const claim = {
-            ...(idle !== undefined ? { idleTimeoutSec: idle } : {}),
-            ...(policy_version !== undefined ? { policyVersion: policy_version } : {}),
-          };
-          let sessionId = await this.pool.take(task, claim);
-          if (!sessionId) {
-            sessionId = randomUUID();
-            try {
-              await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
-                startWorkflowOperation: this.startOperation(task, sessionId, claim),
-              });
-            } catch (err) {
-              if (err instanceof WorkflowUpdateFailedError) {
-                return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
-              }
-              throw err;
-            }
-          }
-          return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
-        },
+        handler: ({ body }, reply) => this.create(body as z.infer<typeof CreateSchema>, reply),
       },
       {
         method: 'POST',
@@ -167,30 +138,8 @@ export class Sessions {
         params: IdParams,
         body: StepSchema,
         responses: { 200: StepOutcomeSchema, 400: ErrorSchema, 404: ErrorSchema },
-        handler: async ({ params, body }, reply) => {
-          const { id } = params as { id: string };
-          const { tool_call: raw, policy_version } = body as z.infer<typeof StepSchema>;
-          let args: Record<string, unknown>;
-          try {
-            args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
-          } catch (err) {
-            return reply.code(400).send({ error: `body.tool_call.arguments: ${(err as Error).message}` });
-          }
-          const call: ToolCall = { name: raw.name, arguments: args };
-          try {
-            const options = policy_version !== undefined ? { policyVersion: policy_version } : undefined;
-            return await this.handle(id).executeUpdate(sessionStepUpdate, { args: options ? [call, options] : [call] });
-          } catch (err) {
-            if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
-            if (err instanceof WorkflowUpdateFailedError) {
-              const message = causeMessage(err);
-              // The step's activity failed (Docker unreachable, host lost): the server's side, not the request's.
-              if (err.cause instanceof ActivityFailure) return reply.code(502).send({ error: message });
-              return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
-            }
-            throw err;
-          }
-        },
+        handler: ({ params, body }, reply) =>
+          this.step((params as { id: string }).id, body as z.infer<typeof StepSchema>, reply),
       },
       {
         method: 'GET',
@@ -225,6 +174,64 @@ export class Sessions {
         },
       },
     ];
+  }
+
+  /** POST /sessions: a parked session of the task if the warm pool has one, else a new one. */
+  private async create(body: z.infer<typeof CreateSchema>, reply: FastifyReply): Promise<unknown> {
+    const { task, dataset, idle_timeout_sec: idle, policy_version } = body;
+    if (dataset !== undefined && dataset !== this.datasetDir) {
+      return reply.code(400).send({ error: `body.dataset: this server serves ${this.datasetDir} only` });
+    }
+    const planned = this.tasks.get(task);
+    if (!planned) {
+      return reply.code(400).send({
+        error: `body.task: unknown task "${task}": the dataset has ${[...this.tasks.keys()].join(', ')}`,
+      });
+    }
+    const claim = {
+      ...(idle !== undefined ? { idleTimeoutSec: idle } : {}),
+      ...(policy_version !== undefined ? { policyVersion: policy_version } : {}),
+    };
+    let sessionId = await this.pool.take(task, claim);
+    if (!sessionId) {
+      sessionId = randomUUID();
+      try {
+        await this.client.workflow.executeUpdateWithStart(sessionReadyUpdate, {
+          startWorkflowOperation: this.startOperation(task, sessionId, claim),
+        });
+      } catch (err) {
+        if (err instanceof WorkflowUpdateFailedError) {
+          return reply.code(503).send({ error: `session could not start: ${causeMessage(err)}` });
+        }
+        throw err;
+      }
+    }
+    return { session_id: sessionId, prompt: planned.instruction, tools: this.tools() };
+  }
+
+  /** POST /sessions/:id/step: one tool call, as the session workflow's update. */
+  private async step(id: string, body: z.infer<typeof StepSchema>, reply: FastifyReply): Promise<unknown> {
+    const { tool_call: raw, policy_version } = body;
+    let args: Record<string, unknown>;
+    try {
+      args = typeof raw.arguments === 'string' ? parseArguments(raw.arguments) : raw.arguments;
+    } catch (err) {
+      return reply.code(400).send({ error: `body.tool_call.arguments: ${(err as Error).message}` });
+    }
+    const call: ToolCall = { name: raw.name, arguments: args };
+    try {
+      const options = policy_version !== undefined ? { policyVersion: policy_version } : undefined;
+      return await this.handle(id).executeUpdate(sessionStepUpdate, { args: options ? [call, options] : [call] });
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return reply.code(404).send({ error: `no session "${id}"` });
+      if (err instanceof WorkflowUpdateFailedError) {
+        const message = causeMessage(err);
+        // The step's activity failed (Docker unreachable, host lost): the server's side, not the request's.
+        if (err.cause instanceof ActivityFailure) return reply.code(502).send({ error: message });
+        return reply.code(message.startsWith('session ended') ? 404 : 400).send({ error: message });
+      }
+      throw err;
+    }
   }
 
   /** Starts parked sessions for the configured warm pool. */

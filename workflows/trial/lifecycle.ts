@@ -24,8 +24,11 @@ import type { Outcome } from './outcome';
 import { classify, emptyOutcome, executeError } from './outcome';
 import { runTaskSteps } from './task-steps';
 
-export /** One pass through the lifecycle on one host. Task errors end the pass; infrastructure errors ask for a restart. */
-async function runOnce(
+/** Runs one named lifecycle step, recording its timing. */
+type StepRunner = <T>(name: StepName, run: () => Promise<T>) => Promise<T>;
+
+/** One pass through the lifecycle on one host. Task errors end the pass; infrastructure errors ask for a restart. */
+export async function runOnce(
   spec: TrialSpec,
   state: TrialState,
   steps: Partial<Record<StepName, StepTiming>>,
@@ -42,33 +45,9 @@ async function runOnce(
   }
 ): Promise<Outcome> {
   const outcome = emptyOutcome();
-  const { claimHost } = proxyActivities<ProviderActivities>({
-    taskQueue: providerQueue(spec.environmentType),
-    startToCloseTimeout: '1 minute',
-    heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
-    retry: { initialInterval: '1s', maximumInterval: '10s' },
-  });
-  const { hostQueue, hostBound } = await claimHost({
-    trialId: spec.trialId,
-    environmentType: spec.environmentType,
-    pinned: isStoreUrl(spec.jobDir),
-  });
-  state.hostQueue = hostQueue;
-  placeSteps(placement, hostQueue, hostBound ?? true);
-  const host = hostActivities(spec, hostQueue, hostBound ?? true, placement);
+  const { hostQueue, host } = await claimTrialHost(spec, state, placement);
 
-  const step = async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
-    state.step = name;
-    setCurrentDetails(`**${spec.trialName}**: ${name} on \`${hostQueue}\``);
-    log.debug(`trial ${spec.trialName}: ${name} on ${hostQueue}`);
-    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
-    steps[name] = timing;
-    try {
-      return await run();
-    } finally {
-      timing.finished_at = new Date().toISOString();
-    }
-  };
+  const step = stepRunner(spec, state, steps, hostQueue);
 
   let handle: EnvironmentHandle | null = null;
   let collected = false;
@@ -86,24 +65,7 @@ async function runOnce(
       spec.agentWithoutInstall ??
       (await step('install', () => host.installAgent({ spec, handle: environment }))) ??
       null;
-    if (spec.multiStep) {
-      await runTaskSteps(spec, spec.multiStep, host, step, environment, outcome, steps);
-    } else {
-      const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
-      outcome.agentExitCode = execution.exitCode;
-      // A timeout killed the agent's processes already; the verifier still grades what it left.
-      const executed = executeError(execution, spec.timeouts.execute);
-      if (executed) outcome.error = executed;
-      if (spec.verify) {
-        try {
-          outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
-        } catch (err) {
-          const error = classify(err, 'verify');
-          if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
-          outcome.error ??= error;
-        }
-      }
-    }
+    await runAgent(spec, host, step, environment, outcome, steps);
     // The agent ran and was graded: logs that cannot be collected are reported, never a reason to run it again.
     await step('collect', () => host.collectLogs({ spec, handle: environment, taskStep: outcome.taskStep })).then(
       (report) => (outcome.collected = report),
@@ -130,17 +92,94 @@ async function runOnce(
       })
     );
   }
-  // A job in an object store: the trial's folder exists only on its host until uploaded; a host lost meanwhile (or
-  // a store that kept failing) runs the trial again, elsewhere if need be.
-  if (collected && isStoreUrl(spec.jobDir)) {
+  if (collected && isStoreUrl(spec.jobDir)) await uploadToStore(spec, host, outcome);
+  return outcome;
+}
+
+/** Claims a host for this pass (the provider's shared queue answers) and places its steps there. */
+async function claimTrialHost(
+  spec: TrialSpec,
+  state: TrialState,
+  placement: StepPlacement
+): Promise<{ hostQueue: string; host: HostActivities }> {
+  const { claimHost } = proxyActivities<ProviderActivities>({
+    taskQueue: providerQueue(spec.environmentType),
+    startToCloseTimeout: '1 minute',
+    heartbeatTimeout: HOUSEKEEPING_HEARTBEAT_MS,
+    retry: { initialInterval: '1s', maximumInterval: '10s' },
+  });
+  const { hostQueue, hostBound } = await claimHost({
+    trialId: spec.trialId,
+    environmentType: spec.environmentType,
+    pinned: isStoreUrl(spec.jobDir),
+  });
+  state.hostQueue = hostQueue;
+  placeSteps(placement, hostQueue, hostBound ?? true);
+  const host = hostActivities(spec, hostQueue, hostBound ?? true, placement);
+  return { hostQueue, host };
+}
+
+/** Runs one lifecycle step: the trial's state and details name it, and its timing is recorded. */
+function stepRunner(
+  spec: TrialSpec,
+  state: TrialState,
+  steps: Partial<Record<StepName, StepTiming>>,
+  hostQueue: string
+): StepRunner {
+  return async <T>(name: StepName, run: () => Promise<T>): Promise<T> => {
+    state.step = name;
+    setCurrentDetails(`**${spec.trialName}**: ${name} on \`${hostQueue}\``);
+    log.debug(`trial ${spec.trialName}: ${name} on ${hostQueue}`);
+    const timing: StepTiming = { started_at: new Date().toISOString(), finished_at: null };
+    steps[name] = timing;
     try {
-      await host.uploadTrial({ spec });
-    } catch (err) {
-      if (isCancellation(err)) throw err;
-      outcome.restart = classify(err, 'collect');
+      return await run();
+    } finally {
+      timing.finished_at = new Date().toISOString();
+    }
+  };
+}
+
+/** The agent's steps (one execute, or the task's [[steps]]) and the verifier; a task error is kept in the outcome. */
+async function runAgent(
+  spec: TrialSpec,
+  host: HostActivities,
+  step: StepRunner,
+  environment: EnvironmentHandle,
+  outcome: Outcome,
+  steps: Partial<Record<StepName, StepTiming>>
+): Promise<void> {
+  if (spec.multiStep) {
+    await runTaskSteps(spec, spec.multiStep, host, step, environment, outcome, steps);
+  } else {
+    const execution: ExecuteOutcome = await step('execute', () => host.executeAgent({ spec, handle: environment }));
+    outcome.agentExitCode = execution.exitCode;
+    // A timeout killed the agent's processes already; the verifier still grades what it left.
+    const executed = executeError(execution, spec.timeouts.execute);
+    if (executed) outcome.error = executed;
+    if (spec.verify) {
+      try {
+        outcome.rewards = await step('verify', () => host.runVerifier({ spec, handle: environment }));
+      } catch (err) {
+        const error = classify(err, 'verify');
+        if (error.type === INFRASTRUCTURE_ERROR || isCancellation(err)) throw err;
+        outcome.error ??= error;
+      }
     }
   }
-  return outcome;
+}
+
+/**
+ * A job in an object store: the trial's folder exists only on its host until uploaded; a host lost meanwhile (or a
+ * store that kept failing) runs the trial again, elsewhere if need be.
+ */
+async function uploadToStore(spec: TrialSpec, host: HostActivities, outcome: Outcome): Promise<void> {
+  try {
+    await host.uploadTrial({ spec });
+  } catch (err) {
+    if (isCancellation(err)) throw err;
+    outcome.restart = classify(err, 'collect');
+  }
 }
 
 /**

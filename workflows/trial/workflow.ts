@@ -79,7 +79,47 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     outcome.error = { type: CANCELLED_ERROR, message: 'the trial was cancelled', step: cancelledIn.step ?? 'trial' };
   }
 
-  const result: TrialResult = {
+  const result = trialResult(spec, outcome, { startedAt, steps, state, cleanupErrors, retries });
+  const summary = summaryFromResult(spec, result, builtImages);
+  state.status = trialStatus(summary);
+  const rewards = result.rewards ? JSON.stringify(result.rewards) : 'none';
+  log.info(
+    `trial ${spec.trialName}: ${state.status}, rewards ${rewards}${result.error ? `, ${result.error.type}` : ''}`
+  );
+  state.step = null;
+
+  await CancellationScope.nonCancellable(async () => {
+    // Histories recorded before the gateway returned nothing here.
+    const usage = (await writeResult(spec, state.hostQueue, result, placement))?.usage;
+    if (usage) summary.usage = usage;
+    const reward = primaryReward(result.rewards);
+    upsertSearchAttributes([
+      { key: RolloutStatus, value: state.status },
+      ...(reward === null ? [] : [{ key: RolloutReward, value: reward }]),
+    ]);
+    setCurrentDetails(describe(result));
+    await getExternalWorkflowHandle(spec.jobWorkflowId)
+      .signal(trialFinishedSignal, summary)
+      // No running job (a trial started on its own, or a job that ended): nothing to tell.
+      .catch((err: unknown) => log.debug(`trial ${spec.trialName}: no job to tell`, { error: String(err) }));
+  });
+  return summary;
+}
+
+/** The trial's result.json, from its last attempt's outcome and what every attempt recorded. */
+function trialResult(
+  spec: TrialSpec,
+  outcome: Outcome,
+  recorded: {
+    startedAt: string;
+    steps: Partial<Record<StepName, StepTiming>>;
+    state: TrialState;
+    cleanupErrors: CleanupError[];
+    retries: number;
+  }
+): TrialResult {
+  const { startedAt, steps, state, cleanupErrors, retries } = recorded;
+  return {
     trial_name: spec.trialName,
     task_name: spec.taskName,
     dataset_name: spec.datasetName,
@@ -105,28 +145,4 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
     retries,
     ...(outcome.stepResults ? { step_results: outcome.stepResults } : {}),
   };
-  const summary = summaryFromResult(spec, result, builtImages);
-  state.status = trialStatus(summary);
-  const rewards = result.rewards ? JSON.stringify(result.rewards) : 'none';
-  log.info(
-    `trial ${spec.trialName}: ${state.status}, rewards ${rewards}${result.error ? `, ${result.error.type}` : ''}`
-  );
-  state.step = null;
-
-  await CancellationScope.nonCancellable(async () => {
-    // Histories recorded before the gateway returned nothing here.
-    const usage = (await writeResult(spec, state.hostQueue, result, placement))?.usage;
-    if (usage) summary.usage = usage;
-    const reward = primaryReward(result.rewards);
-    upsertSearchAttributes([
-      { key: RolloutStatus, value: state.status },
-      ...(reward === null ? [] : [{ key: RolloutReward, value: reward }]),
-    ]);
-    setCurrentDetails(describe(result));
-    await getExternalWorkflowHandle(spec.jobWorkflowId)
-      .signal(trialFinishedSignal, summary)
-      // No running job (a trial started on its own, or a job that ended): nothing to tell.
-      .catch((err: unknown) => log.debug(`trial ${spec.trialName}: no job to tell`, { error: String(err) }));
-  });
-  return summary;
 }
