@@ -16,7 +16,6 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
-  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -26,7 +25,6 @@ import type {
   StreamedProcessRequest,
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_ENV_KEY } from '../../contracts/environment';
-import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
@@ -38,11 +36,12 @@ import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';
 import { daytonaSettings } from './settings';
 import { DaytonaSnapshots, sandboxSize } from './snapshots';
+import { FilesThroughTransfer } from '../kit/file-methods';
 
 /** How long start waits for a sandbox when the request sets no limit. */
 const DEFAULT_START_TIMEOUT_MS = 10 * 60_000;
 
-export class DaytonaEnvironment implements Environment {
+export class DaytonaEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'daytona';
   readonly hostBound = false;
   // A snapshot fixes its sandboxes' CPUs, memory and disk.
@@ -52,11 +51,12 @@ export class DaytonaEnvironment implements Environment {
   private readonly owner: EnvironmentOwner;
   private readonly clients = new DaytonaClients();
   private readonly execs: SandboxExec;
-  private readonly files: StagedTransfer;
+  protected readonly files: StagedTransfer;
   private readonly images: DaytonaSnapshots;
   private readonly quotaWaitMs: number | undefined;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
+    super();
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     this.execs = new SandboxExec(this.clients);
@@ -192,24 +192,6 @@ export class DaytonaEnvironment implements Environment {
   async setNetwork(handle: EnvironmentHandle, network: PhaseNetwork): Promise<void> {
     const sandbox = await this.clients.sandbox(handle.id);
     await daytonaCall(() => sandbox.updateNetworkSettings({ networkBlockAll: network === 'none' }));
-  }
-
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.files.upload(handle, hostPath, containerPath);
-  }
-
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.files.download(handle, containerPath, hostDir, budget);
-  }
-
-  downloadFolders(
-    handle: EnvironmentHandle,
-    containerPath: string,
-    selection: FolderSelection,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<boolean> {
-    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   /** A stopped sandbox is deleted by Daytona at once (autoDeleteInterval 0): stopping is removing. */

@@ -22,8 +22,6 @@ import type {
   StreamedProcess,
   StreamedProcessRequest,
 } from '../../contracts/environment';
-import type { CollectBudget } from '../host-files';
-import type { FolderSelection } from '../../contracts/environment';
 import { ImageBuilder } from '../image-builder/builder';
 import { DockerEngine } from './engine';
 import { KILL_ALL } from '../trial-container';
@@ -35,8 +33,9 @@ import { DockerFiles } from './files';
 import { composeParts, installSnapshots } from './images';
 import { DockerNetwork } from './network';
 import { StartFiles } from './start-files';
+import { FilesThroughTransfer } from '../kit/file-methods';
 
-export class DockerEnvironment implements Environment {
+export class DockerEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'docker';
   readonly hostBound = true;
   readonly killAllCommand = KILL_ALL;
@@ -44,13 +43,14 @@ export class DockerEnvironment implements Environment {
   private readonly engine: DockerEngine;
   private readonly images: ImageBuilder;
   private readonly execs: DockerExec;
-  private readonly files: DockerFiles;
+  protected readonly files: DockerFiles;
   private readonly cleanup: DockerCleanup;
   private readonly containers: DockerContainers;
   private readonly network: DockerNetwork;
   private readonly compose: ComposeStart;
 
   constructor(options: EnvironmentOwner & { docker?: Docker }) {
+    super();
     this.engine = new DockerEngine(options);
     this.images = new ImageBuilder(this.engine, composeParts(this.engine));
     this.snapshots = installSnapshots(this.engine);
@@ -111,24 +111,6 @@ export class DockerEnvironment implements Environment {
 
   killAll(handle: EnvironmentHandle): Promise<void> {
     return this.execs.killAll(handle);
-  }
-
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.files.upload(handle, hostPath, containerPath);
-  }
-
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.files.download(handle, containerPath, hostDir, budget);
-  }
-
-  downloadFolders(
-    handle: EnvironmentHandle,
-    containerPath: string,
-    selection: FolderSelection,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<boolean> {
-    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   stop(handle: EnvironmentHandle): Promise<void> {

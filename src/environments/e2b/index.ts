@@ -14,7 +14,6 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
-  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -25,7 +24,6 @@ import type {
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT } from '../../contracts/environment';
 import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
@@ -42,11 +40,12 @@ import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';
 import { PREBUILT_TAG, jobTag, templateName } from './names';
 import { buildTemplate, releaseTemplate } from './templates';
+import { FilesThroughTransfer } from '../kit/file-methods';
 
 /** E2B's longest sandbox timeout (its Pro plan's 24 h). */
 const MAX_TIMEOUT_SEC = 24 * 3600;
 
-export class E2BEnvironment implements Environment {
+export class E2BEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'e2b';
   readonly hostBound = false;
   readonly killAllCommand = E2B_KILL_ALL;
@@ -58,9 +57,10 @@ export class E2BEnvironment implements Environment {
   private readonly connected = new Map<string, Promise<Sandbox>>();
   private readonly building = new Map<string, Promise<{ image: string; fresh: boolean }>>();
   private readonly commands: SandboxCommands;
-  private readonly files: StagedTransfer;
+  protected readonly files: StagedTransfer;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
+    super();
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.quotaWaitMs = options.quotaWaitMs;
     const sandboxOf = (handle: EnvironmentHandle) => this.sandbox(handle.id);
@@ -179,24 +179,6 @@ export class E2BEnvironment implements Environment {
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
     return this.commands.openProcess(handle, request);
-  }
-
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.files.upload(handle, hostPath, containerPath);
-  }
-
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.files.download(handle, containerPath, hostDir, budget);
-  }
-
-  downloadFolders(
-    handle: EnvironmentHandle,
-    containerPath: string,
-    selection: FolderSelection,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<boolean> {
-    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   async isRunning(handle: EnvironmentHandle): Promise<boolean> {

@@ -17,6 +17,21 @@ import { packedUpload } from '../archives';
 import type { CollectBudget } from '../host-files';
 import { extractArchive } from '../host-files';
 
+/** Where a fetched archive lands: its folder on the host, the collect budget, its name, the selection it keeps. */
+interface ArchiveDestination {
+  hostDir: string;
+  budget?: CollectBudget;
+  name: string;
+  selection?: FolderSelection;
+}
+
+function extractInto(
+  archive: NodeJS.ReadableStream,
+  { hostDir, budget, name, selection }: ArchiveDestination
+): Promise<boolean> {
+  return extractArchive(archive, hostDir, budget, name, selection);
+}
+
 /** The pack scripts' exit status when nothing is at the path: normal (the agent wrote no logs), nothing to fetch. */
 const NOTHING_THERE = 3;
 
@@ -150,7 +165,7 @@ abstract class TarTransfer {
     handle: EnvironmentHandle,
     containerPath: string,
     pack: (file?: string) => string,
-    into: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+    into: ArchiveDestination
   ): Promise<boolean>;
 }
 
@@ -177,12 +192,7 @@ export class StagedTransfer extends TarTransfer {
     handle: EnvironmentHandle,
     containerPath: string,
     pack: (file?: string) => string,
-    {
-      hostDir,
-      budget,
-      name,
-      selection,
-    }: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+    into: ArchiveDestination
   ): Promise<boolean> {
     const carrier = await this.carrier(handle);
     const file = scratchArchive();
@@ -190,7 +200,7 @@ export class StagedTransfer extends TarTransfer {
     if (packed.exitCode === NOTHING_THERE) return true;
     try {
       if (packed.exitCode !== 0) throw downloadFailed(carrier.where, containerPath, packed.exitCode, packed.output);
-      return await extractArchive(await carrier.get(file), hostDir, budget, name, selection);
+      return await extractInto(await carrier.get(file), into);
     } finally {
       await carrier.run(`rm -f ${file}`);
     }
@@ -219,12 +229,7 @@ export class StreamedTransfer extends TarTransfer {
     handle: EnvironmentHandle,
     containerPath: string,
     pack: (file?: string) => string,
-    {
-      hostDir,
-      budget,
-      name,
-      selection,
-    }: { hostDir: string; budget?: CollectBudget; name: string; selection?: FolderSelection }
+    into: ArchiveDestination
   ): Promise<boolean> {
     const carrier = this.carrier(handle);
     const archive = new PassThrough();
@@ -233,7 +238,7 @@ export class StreamedTransfer extends TarTransfer {
     const stdout = new Writable({
       write(chunk: Buffer, _encoding, done) {
         if (!extracted) {
-          extracted = extractArchive(archive, hostDir, budget, name, selection);
+          extracted = extractInto(archive, into);
           // Awaited below, once the exec has ended; until then a failure must not count as unhandled.
           extracted.catch(() => undefined);
         }

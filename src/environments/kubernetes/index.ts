@@ -15,14 +15,12 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
-  FolderSelection,
   HeldEnvironment,
   ProviderSettings,
   StartRequest,
   StartResult,
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_TRIAL, TaskEnvironmentError } from '../../contracts/environment';
-import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import { removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StreamedTransfer } from '../kit/tar-transfer';
@@ -37,6 +35,7 @@ import { TrialNetworkPolicies } from './network-policy';
 import { podFiles } from './files';
 import { handleId, labelHash, parseHandleId, podManifest, podName, podRef } from './pod-spec';
 import { waitUntilReady } from './pod-watch';
+import { FilesThroughTransfer } from '../kit/file-methods';
 
 export { PodLostError } from './client';
 
@@ -47,7 +46,7 @@ const DEFAULT_START_TIMEOUT_MS = 10 * 60_000;
 /** The environment variable that names the address at which pods reach this worker's model gateway. */
 export const GATEWAY_HOST_VARIABLE = 'ROLLOUT_KUBERNETES_GATEWAY_HOST';
 
-export class KubernetesEnvironment implements Environment {
+export class KubernetesEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'kubernetes';
   readonly hostBound = false;
   readonly killAllCommand = KILL_ALL;
@@ -58,9 +57,10 @@ export class KubernetesEnvironment implements Environment {
   private readonly creations: RateLimiter;
   private readonly execs: PodExec;
   private readonly networkPolicies = new TrialNetworkPolicies();
-  private readonly files: StreamedTransfer;
+  protected readonly files: StreamedTransfer;
 
   constructor(options: EnvironmentOwner & { kubeConfig?: () => KubeConfig; podsPerSecond?: number }) {
+    super();
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.images = new RegistryImages(new ImageBuilder(new DockerEngine(this.owner)), (settings, envKey) => {
       const registry = settings && KubernetesSettingsSchema.parse(settings).image_registry;
@@ -149,24 +149,6 @@ export class KubernetesEnvironment implements Environment {
   /** Kills every process in the container but PID 1: all that the agent started, daemons included. */
   killAll(handle: EnvironmentHandle): Promise<void> {
     return this.execs.killAll(handle);
-  }
-
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.files.upload(handle, hostPath, containerPath);
-  }
-
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.files.download(handle, containerPath, hostDir, budget);
-  }
-
-  downloadFolders(
-    handle: EnvironmentHandle,
-    containerPath: string,
-    selection: FolderSelection,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<boolean> {
-    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   /** A pod cannot be stopped and kept: stopping deletes it at once (its PID 1 only sleeps). */

@@ -18,7 +18,6 @@ import type {
   EnvironmentOwner,
   ExecRequest,
   ExecResult,
-  FolderSelection,
   HeldEnvironment,
   InstallSnapshots,
   ProviderSettings,
@@ -29,7 +28,6 @@ import type {
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT } from '../../contracts/environment';
 import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import type { CollectBudget } from '../host-files';
 import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
@@ -43,6 +41,7 @@ import { modalInstallSnapshots } from './snapshots';
 import type { ModalSettings } from './settings';
 import { ModalSettingsSchema } from './settings';
 import { labelsOfModalTags, modalTags } from './tags';
+import { FilesThroughTransfer } from '../kit/file-methods';
 
 /** The tag naming the image a sandbox runs (its job's reference: see removeImage). */
 const TAG_IMAGE = 'rollout.image';
@@ -50,7 +49,7 @@ const TAG_IMAGE = 'rollout.image';
 const MAX_TIMEOUT_SEC = 24 * 3600;
 const MIB = 1024 * 1024;
 
-export class ModalEnvironment implements Environment {
+export class ModalEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'modal';
   readonly hostBound = false;
   readonly killAllCommand = KILL_ALL;
@@ -58,10 +57,11 @@ export class ModalEnvironment implements Environment {
   private readonly connection: ModalConnection;
   private readonly images: ModalImages;
   private readonly execs: SandboxExec;
-  private readonly files: StreamedTransfer;
+  protected readonly files: StreamedTransfer;
   readonly snapshots: InstallSnapshots;
 
   constructor(options: EnvironmentOwner & { quotaWaitMs?: number }) {
+    super();
     this.owner = { hostId: options.hostId, deployment: options.deployment };
     this.connection = new ModalConnection(options.quotaWaitMs);
     this.images = new ModalImages(this.connection);
@@ -144,24 +144,6 @@ export class ModalEnvironment implements Environment {
 
   killAll(handle: EnvironmentHandle): Promise<void> {
     return this.execs.killAll(handle);
-  }
-
-  upload(handle: EnvironmentHandle, hostPath: string, containerPath: string | readonly string[]): Promise<void> {
-    return this.files.upload(handle, hostPath, containerPath);
-  }
-
-  download(handle: EnvironmentHandle, containerPath: string, hostDir: string, budget?: CollectBudget): Promise<void> {
-    return this.files.download(handle, containerPath, hostDir, budget);
-  }
-
-  downloadFolders(
-    handle: EnvironmentHandle,
-    containerPath: string,
-    selection: FolderSelection,
-    hostDir: string,
-    budget?: CollectBudget
-  ): Promise<boolean> {
-    return this.files.downloadFolders(handle, containerPath, selection, hostDir, budget);
   }
 
   openProcess(handle: EnvironmentHandle, request: StreamedProcessRequest): Promise<StreamedProcess> {
