@@ -19,7 +19,7 @@ import { isStoreUrl } from '../src/storage/location';
 import { commitTrialFolder, restoreTrialFolder, uploadTrialFolder } from '../src/storage/trial-folder';
 import type { TrialSpec } from '../src/contracts/trial';
 import { log, settleCollected, trialSecrets } from './secrets';
-import { TRIAL_FILES, trialLayout } from '../src/contracts/paths';
+import { JOB_FILES, TRIAL_FILES, trialLayout } from '../src/contracts/paths';
 
 export interface WriteTrialResultInput {
   spec: TrialSpec;
@@ -117,8 +117,8 @@ export async function writeJobResult({ jobDir, result, budgetOf }: WriteJobResul
   if (ledger) result = { ...result, budget: budgetResult(ledger) };
   if (isStoreUrl(jobDir)) {
     // No rename in a store: read, compare, put (a late attempt racing a newer write is all this leaves to chance).
-    const current = await readJobJson<JobResult>(jobDir, 'result.json');
-    if (!current || current.updated_at <= result.updated_at) await writeJobJson(jobDir, 'result.json', result);
+    const current = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
+    if (!current || current.updated_at <= result.updated_at) await writeJobJson(jobDir, JOB_FILES.result, result);
     return;
   }
   const file = jobFiles.result(jobDir);

@@ -20,6 +20,7 @@ import type { JobResult } from '../results/job-result';
 import type { ResolvedJob } from '../job/load';
 import type { JobPlan } from '../job/plan';
 import { writePlanFile } from '../job/plan-file';
+import { JOB_FILES } from '../contracts/paths';
 
 /**
  * config.json (the job as resolved, registry datasets pinned to full commits; secrets stay `${VAR}`) and plan.jsonl. An existing job folder with a different
@@ -105,7 +106,7 @@ export async function startJobWorkflow(
   if (budget) {
     // The ledger first: the job's first trial's first call is checked against it. A new ledger carries on from what
     // earlier runs spent; a running one (the job resumed while running) takes job.yaml's budget, raised or not.
-    const before = (await readJobJson<JobResult>(plan.jobDir, 'result.json'))?.budget;
+    const before = (await readJobJson<JobResult>(plan.jobDir, JOB_FILES.result))?.budget;
     const view = await startLedger(client, { name: input.jobName, workflowId: plan.jobWorkflowId, budget }, before);
     input = { ...input, budget: { exhausted: view.exhausted !== null } };
   }

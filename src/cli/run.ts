@@ -51,6 +51,7 @@ import { log } from '../log';
 import { ProgressView } from './progress';
 import { heldQueuesLines } from './held-queues';
 import { renderReport } from './report';
+import { JOB_FILES } from '../contracts/paths';
 
 export interface RunOptions {
   /** Run no worker here: only submit and watch (workers run elsewhere with `rollout worker`). */
@@ -235,7 +236,7 @@ async function watchJob(
   );
   await connection.close();
 
-  const result = await readJobJson<JobResult>(plan.jobDir, 'result.json');
+  const result = await readJobJson<JobResult>(plan.jobDir, JOB_FILES.result);
   if (result) console.log(renderReport(result));
   console.log(`results: ${plan.jobDir}`);
   if (uiUrl) console.log(`Temporal UI: ${uiUrl}`);

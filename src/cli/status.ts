@@ -15,6 +15,7 @@ import { jobExists, queryProgress, runningTrialSteps } from './inspect';
 import { budgetResult, readLedger } from '../temporal/spend-ledger';
 import { renderBudget, renderEvals, renderReport, renderUsage } from './report';
 import { describeControlState } from './ctl';
+import { JOB_FILES } from '../contracts/paths';
 
 /** The status of a job folder (when it holds a result) or of a job on the server; the exit code (the gate's). */
 export async function jobStatus(job: string, gate: GateOptions): Promise<number> {
@@ -24,7 +25,7 @@ export async function jobStatus(job: string, gate: GateOptions): Promise<number>
 /** `rollout status <job folder or s3:// URL>`: the job's result.json (alone) as the final report, then the gate. */
 async function folderStatus(jobDir: string, gate: GateOptions): Promise<number> {
   if (isStoreUrl(jobDir)) await checkStore(await jobStore(jobDir), 'read');
-  const result = await readJobJson<JobResult>(jobDir, 'result.json');
+  const result = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
   if (!result) throw new InputError([{ file: resultFile(jobDir), message: 'not a readable job result' }]);
   console.log(
     `job ${result.job_name}: ${result.status} · ${result.n_finished_trials}/${result.n_total_trials} finished`
@@ -53,7 +54,7 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
     const jobDir = String(memo?.jobDir);
     if (!progress) {
       // No worker runs the Job workflow: its result.json (written as trials finish) has the counts and metrics.
-      const saved = await readJobJson<JobResult>(jobDir, 'result.json');
+      const saved = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
       console.log(
         `job ${job}: no worker answered (start one, or run the job again to attach)` +
           (saved ? `; as of ${saved.updated_at}, from ${resultFile(jobDir)}:` : '')
@@ -83,7 +84,7 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
       console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);
     }
     if (!gateRequested(gate)) return 0;
-    const result = await readJobJson<JobResult>(jobDir, 'result.json');
+    const result = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
     if (!result) throw new InputError([{ file: resultFile(jobDir), message: 'no job result saved yet' }]);
     if (result.status === 'running')
       console.log(`gate on ${result.n_finished_trials}/${result.n_total_trials} finished trials`);
@@ -95,5 +96,5 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
 
 /** A job's result.json as users name it (a path, or a URL in an object store). */
 function resultFile(jobDir: string): string {
-  return isStoreUrl(jobDir) ? joinStoreUrl(jobDir, 'result.json') : jobFiles.result(jobDir);
+  return isStoreUrl(jobDir) ? joinStoreUrl(jobDir, JOB_FILES.result) : jobFiles.result(jobDir);
 }

@@ -50,28 +50,6 @@ export const SANDBOX_RECORD_FILE = 'sandboxes.jsonl';
 /** The verifier's runs of this trial run, one record per sandbox and task step (src/trial/verifier-runs.ts). */
 export const VERIFIER_RUNS_FILE = 'verifier-runs.jsonl';
 
-/** The files of a trial folder (or of one step's folder, `steps/<name>`, which has the same log folders). */
-export function trialLayout(trialDir: string) {
-  const agent = path.join(trialDir, 'agent');
-  return {
-    dir: trialDir,
-    /** The agent's logs (the container's /logs/agent) and the gateway's records. */
-    agent,
-    llmCalls: path.join(agent, LLM_CALLS_FILE),
-    /** The ATIF trajectory, the agent's own or built from the gateway's records. */
-    trajectory: path.join(agent, 'trajectory.json'),
-    verifier: path.join(trialDir, 'verifier'),
-    artifacts: path.join(trialDir, 'artifacts'),
-    earlierRuns: path.join(trialDir, EARLIER_RUNS_DIR),
-    sandboxes: path.join(trialDir, SANDBOX_RECORD_FILE),
-    verifierRuns: path.join(trialDir, VERIFIER_RUNS_FILE),
-    result: path.join(trialDir, 'result.json'),
-    log: path.join(trialDir, 'trial.log'),
-    step: (name: string) => path.join(trialDir, 'steps', name),
-  };
-}
-export type TrialLayout = ReturnType<typeof trialLayout>;
-
 /** Trial-folder files by their path relative to it (the object store commits a trial's files by these names). */
 export const TRIAL_FILES = {
   result: 'result.json',
@@ -79,3 +57,32 @@ export const TRIAL_FILES = {
   trajectory: 'agent/trajectory.json',
   llmCalls: `agent/${LLM_CALLS_FILE}`,
 } as const;
+
+/** Job-folder files by their name in it (src/results/files.ts gives their paths on this host). */
+export const JOB_FILES = {
+  config: 'config.json',
+  result: 'result.json',
+  plan: 'plan.jsonl',
+} as const;
+
+/** The files of a trial folder (or of one step's folder, `steps/<name>`, which has the same log folders). */
+export function trialLayout(trialDir: string) {
+  const agent = path.join(trialDir, 'agent');
+  return {
+    dir: trialDir,
+    /** The agent's logs (the container's /logs/agent) and the gateway's records. */
+    agent,
+    llmCalls: path.join(trialDir, TRIAL_FILES.llmCalls),
+    /** The ATIF trajectory, the agent's own or built from the gateway's records. */
+    trajectory: path.join(trialDir, TRIAL_FILES.trajectory),
+    verifier: path.join(trialDir, 'verifier'),
+    artifacts: path.join(trialDir, 'artifacts'),
+    earlierRuns: path.join(trialDir, EARLIER_RUNS_DIR),
+    sandboxes: path.join(trialDir, SANDBOX_RECORD_FILE),
+    verifierRuns: path.join(trialDir, VERIFIER_RUNS_FILE),
+    result: path.join(trialDir, TRIAL_FILES.result),
+    log: path.join(trialDir, TRIAL_FILES.log),
+    step: (name: string) => path.join(trialDir, 'steps', name),
+  };
+}
+export type TrialLayout = ReturnType<typeof trialLayout>;

@@ -3,7 +3,7 @@ import path from 'node:path';
 
 import { writeFileAtomic } from '../files/atomic';
 import { workingJobDir } from '../storage/working-dir';
-import { trialLayout } from '../contracts/paths';
+import { JOB_FILES, trialLayout } from '../contracts/paths';
 
 export async function writeJsonAtomic(
   file: string,
@@ -38,9 +38,9 @@ export async function readJson<T>(file: string): Promise<T | undefined> {
  * host's working folder of the job (src/storage/working-dir.ts), where trials write before their upload.
  */
 export const jobFiles = {
-  config: (jobDir: string) => path.join(workingJobDir(jobDir), 'config.json'),
-  result: (jobDir: string) => path.join(workingJobDir(jobDir), 'result.json'),
-  plan: (jobDir: string) => path.join(workingJobDir(jobDir), 'plan.jsonl'),
+  config: (jobDir: string) => path.join(workingJobDir(jobDir), JOB_FILES.config),
+  result: (jobDir: string) => path.join(workingJobDir(jobDir), JOB_FILES.result),
+  plan: (jobDir: string) => path.join(workingJobDir(jobDir), JOB_FILES.plan),
   trialDir: (jobDir: string, trialName: string) => path.join(workingJobDir(jobDir), trialName),
   trialResult: (jobDir: string, trialName: string) => trialLayout(path.join(workingJobDir(jobDir), trialName)).result,
   trialLog: (jobDir: string, trialName: string) => trialLayout(path.join(workingJobDir(jobDir), trialName)).log,

@@ -9,8 +9,8 @@ import { readStoredJson, writeStoredJson } from './store';
 import type { Store, StoredFile } from './store';
 import { openStore } from './store';
 import { eachLimited } from './trial-folder';
+import { TRIAL_FILES } from '../contracts/paths';
 
-const COMMIT_FILE = 'result.json';
 /** What a local copy already holds, by key: the version each file was copied at. */
 const INDEX_FILE = '.rollout-copied.json';
 const TRANSFERS_IN_FLIGHT = 8;
@@ -35,14 +35,14 @@ export function completeFiles(files: StoredFile[], selection: CopySelection = 'a
     const slash = relative.indexOf('/');
     if (slash === -1) return !relative.startsWith('.');
     const trial = relative.slice(0, slash);
-    if (trial.startsWith('.') || !keys.has(`${root}${trial}/${COMMIT_FILE}`)) return false;
-    return selection === 'all' || relative === `${trial}/${COMMIT_FILE}`;
+    if (trial.startsWith('.') || !keys.has(`${root}${trial}/${TRIAL_FILES.result}`)) return false;
+    return selection === 'all' || relative === `${trial}/${TRIAL_FILES.result}`;
   });
 }
 
 /** result.json files after every other, deepest first: a folder is complete only once all its files are. */
 function commitOrder(files: StoredFile[]): [StoredFile[], StoredFile[]] {
-  const isCommit = (file: StoredFile) => file.key === COMMIT_FILE || file.key.endsWith(`/${COMMIT_FILE}`);
+  const isCommit = (file: StoredFile) => file.key === TRIAL_FILES.result || file.key.endsWith(`/${TRIAL_FILES.result}`);
   const commits = files.filter(isCommit).sort((a, b) => b.key.split('/').length - a.key.split('/').length);
   return [files.filter((file) => !isCommit(file)), commits];
 }

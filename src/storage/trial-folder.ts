@@ -12,8 +12,8 @@ import { isStoreUrl } from './location';
 import { jobStore } from './job-folder';
 import { safeKeys } from './safe-keys';
 import { workingJobDir } from './working-dir';
+import { TRIAL_FILES } from '../contracts/paths';
 
-const COMMIT_FILE = 'result.json';
 /** Files uploaded at once: enough to hide per-request latency, few enough for a small worker. */
 const UPLOADS_IN_FLIGHT = 8;
 
@@ -54,8 +54,8 @@ const uploadedHere = new Set<string>();
 export async function uploadTrialFolder(jobDir: string, trialName: string): Promise<{ files: number }> {
   const store = await jobStore(jobDir);
   const local = localTrialDir(jobDir, trialName);
-  const files = (await filesUnder(local)).filter((file) => file !== COMMIT_FILE);
-  await store.remove([`${trialName}/${COMMIT_FILE}`]);
+  const files = (await filesUnder(local)).filter((file) => file !== TRIAL_FILES.result);
+  await store.remove([`${trialName}/${TRIAL_FILES.result}`]);
   await eachLimited(files, UPLOADS_IN_FLIGHT, (file) => store.upload(`${trialName}/${file}`, path.join(local, file)));
   const uploaded = new Set(files.map((file) => `${trialName}/${file}`));
   const strays = (await store.list(`${trialName}/`)).filter((entry) => !uploaded.has(entry.key));
@@ -89,12 +89,12 @@ export async function commitTrialFolder(jobDir: string, trialName: string, chang
   const local = localTrialDir(jobDir, trialName);
   if (uploadedHere.has(local)) {
     const present = new Set(await filesUnder(local));
-    const files = changed.filter((file) => present.has(file) && file !== COMMIT_FILE);
+    const files = changed.filter((file) => present.has(file) && file !== TRIAL_FILES.result);
     await eachLimited(files, UPLOADS_IN_FLIGHT, (file) => store.upload(`${trialName}/${file}`, path.join(local, file)));
   } else {
     await uploadTrialFolder(jobDir, trialName);
   }
-  await store.upload(`${trialName}/${COMMIT_FILE}`, path.join(local, COMMIT_FILE));
+  await store.upload(`${trialName}/${TRIAL_FILES.result}`, path.join(local, TRIAL_FILES.result));
   uploadedHere.delete(local);
   await rm(local, { recursive: true, force: true });
 }
