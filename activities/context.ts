@@ -9,7 +9,7 @@ import type { SandboxCreation } from '../src/environments/sandbox-creation';
 import { phaseNetworks } from '../src/task/policy';
 import type { TaskConfig } from '../src/contracts/task-config';
 import type { EnvironmentHandle } from '../src/contracts/trial';
-import type { PolicyVersions } from '../src/temporal/policy-versions';
+import type { PolicyVersions } from '../src/contracts/policy-versions';
 import type { ModelGateway } from '../src/gateway/gateway';
 import type { EnvironmentType } from '../src/contracts/job-config';
 import { trialTaskDir } from '../src/registry/trial-task';

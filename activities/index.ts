@@ -4,6 +4,7 @@
  */
 import { measureStep } from '../src/metrics/rollout-metrics';
 import type { TrialSpec } from '../src/contracts/trial';
+import type { JobBudgetReader } from '../src/results/job-result';
 import { buildEnvironment } from './build';
 import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';
@@ -66,7 +67,7 @@ function measured<I extends { spec: TrialSpec }, O>(step: string, activity: (inp
  * host (no activity task round trip through the server). The agent's own steps (install, execute) are not among
  * them: they never run twice in one environment, and a local activity is run again after a worker crash.
  */
-export function createLocalStepActivities(deps: ActivityDeps, provider: ProviderActivities) {
+export function createLocalStepActivities(deps: ActivityDeps, provider: ProviderActivities, job: JobActivities) {
   return {
     buildEnvironment: onHost(deps, provider.buildEnvironment),
     startEnvironment: onHost(deps, provider.startEnvironment),
@@ -76,20 +77,22 @@ export function createLocalStepActivities(deps: ActivityDeps, provider: Provider
     cleanupEnvironment: onHost(deps, provider.cleanupEnvironment),
     uploadTrial: onHost(deps, provider.uploadTrial),
     // Also the fallback of a trial whose host is gone: run as an ordinary activity on the job queue, it runs anywhere.
-    writeTrialResult: onHost(deps, jobActivities.writeTrialResult),
+    writeTrialResult: onHost(deps, job.writeTrialResult),
   };
 }
 
-/** Activities of the job itself, served next to the workflows. */
-export const jobActivities = cappingErrors(
-  scrubbingErrors({
-    readPlanPage: heartbeatingActivity(readPlanPage),
-    endedTrials: heartbeatingActivity(endedTrials),
-    writeJobResult: heartbeatingActivity(writeJobResult),
-    writeTrialResult: heartbeatingActivity(writeTrialResult),
-  })
-);
+/** Activities of the job itself, served next to the workflows; `jobBudget` reads a budgeted job's spend. */
+export function createJobActivities(jobBudget: JobBudgetReader) {
+  return cappingErrors(
+    scrubbingErrors({
+      readPlanPage: heartbeatingActivity(readPlanPage),
+      endedTrials: heartbeatingActivity(endedTrials),
+      writeJobResult: heartbeatingActivity(writeJobResult(jobBudget)),
+      writeTrialResult: heartbeatingActivity(writeTrialResult),
+    })
+  );
+}
 
 export type ProviderActivities = ReturnType<typeof createProviderActivities>;
 export type LocalStepActivities = ReturnType<typeof createLocalStepActivities>;
-export type JobActivities = typeof jobActivities;
+export type JobActivities = ReturnType<typeof createJobActivities>;

@@ -1,10 +1,8 @@
 import path from 'node:path';
 
-import { Context } from '@temporalio/activity';
-
 import { readCallRecords } from '../src/gateway/records';
 import type { LlmCallRecord } from '../src/gateway/records';
-import type { JobResult } from '../src/results/job-result';
+import type { JobBudgetReader, JobResult } from '../src/results/job-result';
 import { earlierCallFiles } from '../src/results/earlier-runs';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { scrubbedValue } from '../src/results/scrub';
@@ -12,7 +10,6 @@ import type { TrialResult } from '../src/results/trial-result';
 import type { TrialUsage } from '../src/contracts/trial';
 import { addCall, emptyUsage } from '../src/results/usage';
 import { trialFinished } from '../src/metrics/rollout-metrics';
-import { budgetResult, readLedger } from '../src/temporal/spend-ledger';
 import { buildTrajectory } from '../src/trajectory/atif';
 import { readJobJson, writeJobJson } from '../src/storage/job-folder';
 import { isStoreUrl } from '../src/storage/location';
@@ -112,20 +109,22 @@ export interface WriteJobResultInput {
  * result was written: it must not put its older one back. Results are ordered by `updated_at` (workflow time, which
  * only moves forward, across continue-as-new and later runs of the job too).
  */
-export async function writeJobResult({ jobDir, result, budgetOf }: WriteJobResultInput): Promise<void> {
-  const ledger = budgetOf ? await readLedger(Context.current().client, budgetOf) : undefined;
-  if (ledger) result = { ...result, budget: budgetResult(ledger) };
-  if (isStoreUrl(jobDir)) {
-    // No rename in a store: read, compare, put (a late attempt racing a newer write is all this leaves to chance).
-    const current = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
-    if (!current || current.updated_at <= result.updated_at) await writeJobJson(jobDir, JOB_FILES.result, result);
-    return;
-  }
-  const file = jobFiles.result(jobDir);
-  await writeJsonAtomic(file, result, async () => {
-    const current = await readJson<JobResult>(file);
-    return !current || current.updated_at <= result.updated_at;
-  });
+export function writeJobResult(jobBudget: JobBudgetReader) {
+  return async ({ jobDir, result, budgetOf }: WriteJobResultInput): Promise<void> => {
+    const budget = budgetOf ? await jobBudget(budgetOf) : undefined;
+    if (budget) result = { ...result, budget };
+    if (isStoreUrl(jobDir)) {
+      // No rename in a store: read, compare, put (a late attempt racing a newer write is all this leaves to chance).
+      const current = await readJobJson<JobResult>(jobDir, JOB_FILES.result);
+      if (!current || current.updated_at <= result.updated_at) await writeJobJson(jobDir, JOB_FILES.result, result);
+      return;
+    }
+    const file = jobFiles.result(jobDir);
+    await writeJsonAtomic(file, result, async () => {
+      const current = await readJson<JobResult>(file);
+      return !current || current.updated_at <= result.updated_at;
+    });
+  };
 }
 
 export interface UploadTrialInput {

@@ -3,7 +3,8 @@ import { hostname } from 'node:os';
 import type { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 
-import { createLocalStepActivities, createProviderActivities, jobActivities } from '../activities';
+import { Context } from '@temporalio/activity';
+import { createJobActivities, createLocalStepActivities, createProviderActivities } from '../activities';
 import type { CaTrustMode } from '../src/environments/ca-trust';
 import { hostCaBundle } from '../src/environments/ca-trust';
 import type { Environment, EnvironmentOwner } from '../src/contracts/environment';
@@ -17,7 +18,7 @@ import { TemporalCreationRate } from '../src/temporal/creation-rate';
 import { SandboxCreation } from '../src/environments/sandbox-creation';
 import type { RateLimitRule } from '../src/contracts/job-config';
 import { loadWorkerConfig, workerCaps } from '../src/job/worker-config';
-import { TemporalSpendLedgers } from '../src/temporal/spend-ledger';
+import { ledgerBudgetResult, TemporalSpendLedgers } from '../src/temporal/spend-ledger';
 import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/contracts/queues';
@@ -130,6 +131,8 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
     );
   }
   if (options.serveWorkflows) {
+    // The activity's own client: a worker set built without one (tests) still reads budgeted jobs' ledgers.
+    const jobActivities = createJobActivities((jobName) => ledgerBudgetResult(Context.current().client, jobName));
     workers.push(
       Worker.create({
         ...common,
@@ -138,7 +141,7 @@ export async function createWorkers(options: WorkerSetOptions): Promise<Worker[]
         // process is the container's host.
         activities: {
           ...jobActivities,
-          ...createLocalStepActivities(deps, activities),
+          ...createLocalStepActivities(deps, activities, jobActivities),
           runSessionCommandHere: activities.runSessionCommandHere,
           checkSessionAliveHere: activities.checkSessionAliveHere,
         },

@@ -12,7 +12,7 @@ import { connectClient, resolveTemporal } from '../temporal/connect';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { jobExists, queryProgress, runningTrialSteps } from './inspect';
-import { budgetResult, readLedger } from '../temporal/spend-ledger';
+import { ledgerBudgetResult } from '../temporal/spend-ledger';
 import { renderBudget, renderEvals, renderReport, renderUsage } from './report';
 import { describeControlState } from './ctl';
 import { JOB_FILES } from '../contracts/paths';
@@ -77,8 +77,8 @@ async function serverStatus(job: string, gate: GateOptions): Promise<number> {
       const usage = Object.entries(progress.usageByAgent ?? {});
       if (usage.length) console.log(`\n${renderUsage(usage)}`);
       // Live from the job's ledger: what every worker has reported so far.
-      const ledger = await readLedger(client, job);
-      if (ledger) console.log(renderBudget(budgetResult(ledger)));
+      const budget = await ledgerBudgetResult(client, job);
+      if (budget) console.log(renderBudget(budget));
     }
     for (const trial of await runningTrialSteps(client, job)) {
       console.log(`  ${trial.trialId}  ${trial.step}${trial.attempt > 1 ? ` (attempt ${trial.attempt})` : ''}`);

@@ -54,6 +54,9 @@ export interface JobBudgetResult {
   exhausted: string | null;
 }
 
+/** The budget section of a job's result.json, read where the job's spend is kept; undefined: the job has none. */
+export type JobBudgetReader = (jobName: string) => Promise<JobBudgetResult | undefined>;
+
 export function buildJobResult(input: {
   jobName: string;
   workflowId: string;

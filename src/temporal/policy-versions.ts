@@ -6,13 +6,10 @@
  */
 import type { Client } from '@temporalio/client';
 
+import type { PolicyVersions } from '../contracts/policy-versions';
 import { log } from '../log';
 
-export interface PolicyVersions {
-  /** The job's version now; `initial` (its job.yaml value) when the memo holds none. */
-  current(jobWorkflowId: string, initial: number | null): Promise<number | null>;
-}
-
+/** The version in the Job workflow's `control` memo; its job.yaml value when the memo holds none. */
 export class TemporalPolicyVersions implements PolicyVersions {
   /** Per job: the read under way, and the one to start after it (for calls that began while it was under way). */
   private readonly inFlight = new Map<string, Promise<unknown>>();

@@ -80,6 +80,12 @@ export async function setBudget(
 }
 
 /** result.json's `budget` section from the ledger's state. */
-export function budgetResult(state: LedgerState): JobBudgetResult {
+function budgetResult(state: LedgerState): JobBudgetResult {
   return { limits: state.budget, spent: state.spent, spent_by_agent: state.byAgent, exhausted: state.exhausted };
+}
+
+/** result.json's `budget` section of a job from its ledger, or undefined when it has none. */
+export async function ledgerBudgetResult(client: Client, jobName: string): Promise<JobBudgetResult | undefined> {
+  const ledger = await readLedger(client, jobName);
+  return ledger && budgetResult(ledger);
 }

@@ -61,12 +61,29 @@ describe('results on disk', () => {
 
   it('keeps the newer job result when an older write arrives late', async () => {
     const jobDir = await mkdtemp(path.join(tmpdir(), 'rollout-job-result-'));
-    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:02.000Z', 7) });
-    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:01.000Z', 3) });
+    const write = writeJobResult(() => Promise.resolve(undefined));
+    await write({ jobDir, result: jobResult('2026-01-01T00:00:02.000Z', 7) });
+    await write({ jobDir, result: jobResult('2026-01-01T00:00:01.000Z', 3) });
     const kept = JSON.parse(await readFile(jobFiles.result(jobDir), 'utf8')) as JobResult;
     assert.equal(kept.n_completed_trials, 7);
-    await writeJobResult({ jobDir, result: jobResult('2026-01-01T00:00:03.000Z', 9) });
+    await write({ jobDir, result: jobResult('2026-01-01T00:00:03.000Z', 9) });
     assert.equal((JSON.parse(await readFile(jobFiles.result(jobDir), 'utf8')) as JobResult).n_completed_trials, 9);
+  });
+
+  it("puts a budgeted job's ledger spend in its result, and asks no ledger for a job without a budget", async () => {
+    const jobDir = await mkdtemp(path.join(tmpdir(), 'rollout-job-result-'));
+    const asked: string[] = [];
+    const spent = { cost_usd: 0.25, tokens: 15, llm_calls: 1, unpriced_tokens: 0, unpriced_models: [] };
+    const write = writeJobResult((jobName) => {
+      asked.push(jobName);
+      return Promise.resolve({ limits: { cost_usd: 1 }, spent, spent_by_agent: {}, exhausted: null });
+    });
+    await write({ jobDir, result: jobResult('2026-01-01T00:00:01.000Z', 1) });
+    assert.deepEqual(asked, []);
+    await write({ jobDir, result: jobResult('2026-01-01T00:00:02.000Z', 2), budgetOf: 'budgeted' });
+    assert.deepEqual(asked, ['budgeted']);
+    const written = JSON.parse(await readFile(jobFiles.result(jobDir), 'utf8')) as JobResult;
+    assert.deepEqual(written.budget?.spent, spent);
   });
 
   it('gives two tasks whose names differ only in unsafe characters two trial folders', async () => {
