@@ -68,8 +68,9 @@ export default tseslint.config(
     },
   },
   {
-    // Workflow code is replayed deterministically inside Temporal's sandbox: no Node built-ins, no I/O.
-    files: ['workflows/**/*.ts'],
+    // Workflow code is replayed deterministically inside Temporal's sandbox: no Node built-ins, no I/O. A concept's
+    // own workflow and the pure code it runs sit in a `workflow/` folder of the concept's room (src/budget/workflow/).
+    files: ['workflows/**/*.ts', 'src/**/workflow/**/*.ts'],
     rules: {
       'no-restricted-imports': [
         'error',

@@ -2,7 +2,7 @@ import type { AgentRun } from '../src/contracts/agent';
 import { SolutionNotFoundError } from '../src/contracts/agent';
 import { usesGateway } from '../src/agents/config';
 import { MissingEnvironmentVariableError } from '../src/env-vars';
-import { refusalMessage } from '../src/gateway/budget';
+import { refusalMessage } from '../src/budget/job-budget';
 import type { TrialSession, TrialSessionOptions } from '../src/gateway/gateway';
 import type { AgentConfig } from '../src/contracts/job-config';
 import { JOB_BUDGET_ERROR } from '../src/contracts/trial-errors';

@@ -18,7 +18,7 @@ import { TemporalCreationRate } from '../src/temporal/creation-rate';
 import { SandboxCreation } from '../src/environments/sandbox-creation';
 import type { RateLimitRule } from '../src/contracts/job-config';
 import { loadWorkerConfig, workerCaps } from '../src/job/worker-config';
-import { ledgerBudgetResult, TemporalSpendLedgers } from '../src/temporal/spend-ledger';
+import { ledgerBudgetResult, TemporalSpendLedgers } from '../src/budget/ledger-client';
 import { TemporalPolicyVersions } from '../src/temporal/policy-versions';
 import { deploymentId } from '../src/temporal/deployment';
 import { JOB_TASK_QUEUE, hostQueue, isProviderQueue, providerQueue } from '../src/contracts/queues';

@@ -3,6 +3,6 @@ export { jobWorkflow } from './job';
 export { trialWorkflow } from './trial';
 export { sessionWorkflow } from './session';
 export { rateLimiterWorkflow } from './rate-limiter';
-export { budgetLedgerWorkflow } from './budget-ledger';
+export { budgetLedgerWorkflow } from '../src/budget/workflow/ledger';
 export { concurrencyLimiterWorkflow } from './concurrency-limiter';
 export { creationPacerWorkflow } from './creation-pacer';

@@ -7,9 +7,6 @@ import type { StepName, TrialStatus, TrialSummary } from '../src/contracts/trial
 /** A Trial tells its Job it finished; by workflow id, so it reaches the Job's newest run after continue-as-new. */
 export const trialFinishedSignal = defineSignal<[TrialSummary]>('trialFinished');
 
-/** The job's budget ledger tells it the budget was spent (no new trial starts) or freed again (by a raise). */
-export const budgetChangedSignal = defineSignal<[{ exhausted: boolean }]>('budgetChanged');
-
 export interface RunningTrialInfo {
   trialId: string;
   trialName: string;

@@ -15,7 +15,7 @@ import { trialStartOptions } from '../../workflows/trial/start-options';
 import type { TrialSpec } from '../contracts/trial';
 import { CANCELLED_ERROR } from '../contracts/trial';
 import { JOB_BUDGET_ERROR } from '../contracts/trial-errors';
-import { startLedger } from '../temporal/spend-ledger';
+import { startLedger } from '../budget/ledger-client';
 import type { JobResult } from '../results/job-result';
 import type { ResolvedJob } from '../job/load';
 import type { JobPlan } from '../job/plan';

@@ -1,12 +1,12 @@
 /**
  * `rollout ctl <job> budget cost_usd=X tokens=Y`: the running job's budget raised or lowered, as a validated update
- * on its ledger (workflows/budget-ledger.ts); the keys not given keep their value. A raise lets trials start again at
+ * on its ledger (src/budget/workflow/ledger.ts); the keys not given keep their value. A raise lets trials start again at
  * once; a lowered budget already spent stops them as a spent one does.
  */
-import type { BudgetLimits } from '../gateway/spend';
-import { describeSpend } from '../gateway/spend';
+import type { BudgetLimits } from '../budget/workflow/spend';
+import { describeSpend } from '../budget/workflow/spend';
 import { InputError } from '../contracts/errors';
-import { budgetLedgerId, ledgerStateQuery, setBudgetUpdate, validateBudget } from '../../workflows/budget-ledger';
+import { budgetLedgerId, ledgerStateQuery, setBudgetUpdate, validateBudget } from '../budget/workflow/ledger';
 import { updateRunning } from './ctl-update';
 
 export const BUDGET_CONTROL = {

@@ -99,7 +99,7 @@ export function addCtlCommand(program: Command): void {
     )
     .addHelpText('after', `\nActions:\n${actions.join('\n')}`)
     .action(async (job: string, action: string, args: string[]) => {
-      // The budget is kept by the job's ledger, not its Job workflow (workflows/budget-ledger.ts).
+      // The budget is kept by the job's ledger, not its Job workflow (src/budget/workflow/ledger.ts).
       if (action === 'budget') return console.log(await controlBudget(job, parseBudget(args)));
       const control = parseControl(action, args);
       console.log(describeControlState(job, await controlJob(job, control)));

@@ -3,7 +3,7 @@
  * its model spend, with nothing started (no server, no worker, no container). Per agent, the estimate is what
  * earlier jobs in jobs_dir measured for the same agent, model and tasks (trial result.json `usage`); for tasks not
  * run before, that agent's and model's mean over other tasks; with no history, ASSUMED_TRIAL_USAGE at the model's
- * list price (src/gateway/prices.ts), said so.
+ * list price (src/budget/workflow/prices.ts), said so.
  */
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
@@ -12,7 +12,7 @@ import path from 'node:path';
 import { usesGateway } from '../agents/config';
 import { ifPresent } from '../files/absent';
 import { readCallRecords } from '../gateway/records';
-import { callCost, priceOf } from '../gateway/prices';
+import { callCost, priceOf } from '../budget/workflow/prices';
 import type { ResolvedJob } from '../job/load';
 import { jobDirOf, planJob } from '../job/plan';
 import { jobFiles, readJson } from '../results/files';

@@ -1,5 +1,5 @@
 import type { RegistryDataset } from '../contracts/registry';
-import { describeSpend } from '../gateway/spend';
+import { describeSpend } from '../budget/workflow/spend';
 import type { JobBudgetResult, JobResult } from '../results/job-result';
 import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../results/statistics';
 import type { TrialUsage } from '../contracts/trial';

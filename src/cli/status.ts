@@ -12,7 +12,7 @@ import { connectClient, resolveTemporal } from '../temporal/connect';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { jobExists, queryProgress, runningTrialSteps } from './inspect';
-import { ledgerBudgetResult } from '../temporal/spend-ledger';
+import { ledgerBudgetResult } from '../budget/ledger-client';
 import { renderBudget, renderEvals, renderReport, renderUsage } from './report';
 import { describeControlState } from './ctl';
 import { JOB_FILES } from '../contracts/paths';

@@ -228,6 +228,16 @@ export function trialStatus(summary: Pick<TrialSummary, 'error'>): TrialStatus {
   return summary.error.type === CANCELLED_ERROR ? 'cancelled' : 'errored';
 }
 
+/**
+ * What one model call used, normalised from any vendor's reply: `input_tokens` includes cached ones (`cached_tokens`
+ * is a subset), as ATIF counts them.
+ */
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+}
+
 /** What a trial's model calls used and cost, from the gateway's records. */
 export interface TrialUsage {
   n_llm_calls: number;

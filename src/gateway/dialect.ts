@@ -3,18 +3,14 @@
  * upstream request, how to rebuild a response from its SSE events, and how to read usage and the conversation in
  * one neutral, OpenAI-style shape (for trajectories and exports). One file per dialect in dialects/.
  */
+import type { Usage } from '../contracts/trial';
 import type { SseEvent } from './sse';
 
 export type DialectName = 'openai-chat' | 'openai-completions' | 'openai-responses' | 'anthropic' | 'gemini';
 /** Who serves a dialect: the upstream (base URL and key) is per vendor. */
 export type Vendor = 'openai' | 'anthropic' | 'gemini';
 
-/** Normalised usage: `input_tokens` includes cached ones (`cached_tokens` is a subset), as ATIF counts them. */
-export interface Usage {
-  input_tokens: number;
-  output_tokens: number;
-  cached_tokens: number;
-}
+export type { Usage };
 
 export interface ToolCall {
   id: string;

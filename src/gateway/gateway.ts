@@ -15,8 +15,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 import { log } from '../log';
-import type { SpendLedgers } from './budget';
-import { JobBudget, refusalMessage } from './budget';
+import type { SpendLedgers } from '../budget/job-budget';
+import { JobBudget, refusalMessage } from '../budget/job-budget';
 import { chargeOf, conservativeUsage } from './charge';
 import type { CallKind, Dialect, Usage, Vendor } from './dialect';
 import { dialectOf } from './dialects';

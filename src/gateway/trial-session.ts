@@ -13,12 +13,12 @@ import type http from 'node:http';
 import path from 'node:path';
 
 import { log } from '../log';
-import type { BudgetRefusal, JobBudget, SpendSource } from './budget';
-import { NO_PRICE, untilWoken, wakeAll } from './budget';
+import type { BudgetRefusal, JobBudget, SpendSource } from '../budget/job-budget';
+import { NO_PRICE, untilWoken, wakeAll } from '../budget/job-budget';
 import type { TrainingOptions } from './call-additions';
 import type { Usage, Vendor } from './dialect';
 import type { ApiErrorType } from '../contracts/trial-errors';
-import { priceOf } from './prices';
+import { priceOf } from '../budget/workflow/prices';
 import type { RateLimitRule } from '../contracts/job-config';
 import type { LlmCallRecord } from './records';
 import { LLM_CALLS_FILE } from '../contracts/paths';
@@ -26,8 +26,8 @@ import { boundedRecordLine } from './record-bounds';
 import type { ReplicaPool } from './replicas';
 import { StickyReplica } from './replicas';
 import { gatewayCallEnded } from '../metrics/rollout-metrics';
-import type { Spend, TrialLimits } from './spend';
-import { addCallSpend, addSpend, copySpend, emptySpend, limitReached } from './spend';
+import type { Spend, TrialLimits } from '../budget/workflow/spend';
+import { addCallSpend, addSpend, copySpend, emptySpend, limitReached } from '../budget/workflow/spend';
 import type { Upstreams } from './upstreams';
 import type { GatewayAccess } from '../contracts/agent';
 
@@ -151,7 +151,7 @@ export class TrialSession implements SpendSource {
     const refuse = (kind: BudgetRefusal['kind'], reached: string) => ({
       refusal: (this.lastRefusal = { kind, reached }),
     });
-    const noPrice = `${NO_PRICE} "${model ?? '(none named)'}" (src/gateway/prices.ts), so a cost_usd cap cannot bound it`;
+    const noPrice = `${NO_PRICE} "${model ?? '(none named)'}" (src/budget/workflow/prices.ts), so a cost_usd cap cannot bound it`;
     const limits = this.options.limits;
     if (unpriced && limits?.cost_usd !== undefined) return refuse('trial_limit', noPrice);
     const hold = addCallSpend(emptySpend(), model, charge);

@@ -4,7 +4,7 @@
  */
 import { BUILTIN_AGENTS } from '../agents/registry';
 import { ORACLE_AGENT } from '../contracts/job-config';
-import { priceOf } from '../gateway/prices';
+import { priceOf } from '../budget/workflow/prices';
 
 export interface AgentRouting {
   name: string;
@@ -29,5 +29,5 @@ export function onGatewayOf(agent: AgentRouting): boolean {
 /** Why a cost cap cannot bound a model's calls (it has no price), or null when it has one. */
 export function unpricedModel(model: string, cap: string): string | null {
   if (priceOf(model)) return null;
-  return `no price for model "${model}" (src/gateway/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`;
+  return `no price for model "${model}" (src/budget/workflow/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`;
 }

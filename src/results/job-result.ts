@@ -1,7 +1,7 @@
 import type { JobStats, RewardMetrics } from './job-stats';
 import { finishedCount, groupMetrics } from './job-stats';
 import type { MetricType } from '../contracts/job-config';
-import type { BudgetLimits, Spend } from '../gateway/spend';
+import type { BudgetLimits, Spend } from '../budget/workflow/spend';
 import type { TrialUsage } from '../contracts/trial';
 import { addUsage, emptyUsage } from './usage';
 

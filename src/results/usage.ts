@@ -5,8 +5,8 @@
  */
 import type { TrialUsage } from '../contracts/trial';
 import type { LlmCallRecord } from '../gateway/records';
-import { callCost, priceOf } from '../gateway/prices';
-import { roundUsd } from '../gateway/spend';
+import { callCost, priceOf } from '../budget/workflow/prices';
+import { roundUsd } from '../budget/workflow/spend';
 
 export function emptyUsage(): TrialUsage {
   return {
@@ -37,7 +37,7 @@ export function addCall(usage: TrialUsage, call: LlmCallRecord): void {
   if (!price) {
     usage.cost_usd = null;
     usage.cost_unknown_reason ??= call.model
-      ? `no price for model "${call.model}" in src/gateway/prices.ts`
+      ? `no price for model "${call.model}" in src/budget/workflow/prices.ts`
       : 'a call named no model';
   } else if (usage.cost_usd !== null) usage.cost_usd = roundUsd(usage.cost_usd + callCost(price, call.usage));
 }

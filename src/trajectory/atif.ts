@@ -7,7 +7,7 @@
  */
 import type { Dialect, Message, Usage } from '../gateway/dialect';
 import { dialectByName } from '../gateway/dialects';
-import { callCost, priceOf } from '../gateway/prices';
+import { callCost, priceOf } from '../budget/workflow/prices';
 import type { LlmCallRecord } from '../gateway/records';
 
 export const ATIF_VERSION = 'ATIF-v1.7';

@@ -20,10 +20,10 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { workflowBundle } from '../../workers/workflow-bundle';
 import { ModelGateway } from '../../src/gateway/gateway';
 import { upstreamsFromEnv } from '../../src/gateway/upstreams';
-import { readLedger, startLedger, TemporalSpendLedgers } from '../../src/temporal/spend-ledger';
+import { readLedger, startLedger, TemporalSpendLedgers } from '../../src/budget/ledger-client';
 import { TemporalConcurrencyShares } from '../../src/temporal/concurrency-limits';
 import { TemporalRateLimits } from '../../src/temporal/rate-limits';
-import { budgetLedgerId } from '../../workflows/budget-ledger';
+import { budgetLedgerId } from '../../src/budget/workflow/ledger';
 import { TEST_ADDRESS, testTemporal } from '../support/temporal';
 
 const WARMUP = 200;

@@ -20,7 +20,7 @@ import type { Client, Connection } from '@temporalio/client';
 import type { LlmCallRecord } from '../../src/gateway/records';
 import type { JobResult } from '../../src/results/job-result';
 import type { TrialResult } from '../../src/results/trial-result';
-import { budgetLedgerId } from '../../workflows/budget-ledger';
+import { budgetLedgerId } from '../../src/budget/workflow/ledger';
 import { runCli, startCli, workspace } from '../support/cli';
 import { cpuLoad } from '../support/cpu-load';
 import { removeJobLeftovers } from '../support/docker';

@@ -18,7 +18,7 @@ import type { TrialSession } from '../../src/gateway/gateway';
 import { ModelGateway } from '../../src/gateway/gateway';
 import type { LlmCallRecord } from '../../src/gateway/records';
 import { readCallRecords } from '../../src/gateway/records';
-import type { TrialLimits } from '../../src/gateway/spend';
+import type { TrialLimits } from '../../src/budget/workflow/spend';
 import { upstreamsFromEnv } from '../../src/gateway/upstreams';
 import type { Scenario, ScriptedModelServer } from '../support/scripted-model-server';
 import { scriptedUsage, startScriptedModelServer } from '../support/scripted-model-server';

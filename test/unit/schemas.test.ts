@@ -404,7 +404,7 @@ describe('job.yaml', () => {
         const problem = err.problems.find((p) => p.field === field);
         assert.equal(
           problem?.message,
-          `no price for model "my-vllm-7b" (src/gateway/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`
+          `no price for model "my-vllm-7b" (src/budget/workflow/prices.ts), so ${cap} cannot bound its calls: cap tokens instead`
         );
         return true;
       });

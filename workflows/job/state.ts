@@ -31,7 +31,7 @@ export interface JobInput {
   /** How often the job checks on running trials that did not report back (default 2 minutes). */
   reconcileIntervalSec?: number;
   /**
-   * With job.yaml `budget`: its ledger workflow (workflows/budget-ledger.ts) keeps the spend; `exhausted`: it was
+   * With job.yaml `budget`: its ledger workflow (src/budget/workflow/ledger.ts) keeps the spend; `exhausted`: it was
    * spent when the job started. Absent in jobs without a budget (and all started before budgets).
    */
   budget?: { exhausted: boolean };

@@ -19,8 +19,9 @@ import {
 
 import { JOB_BUDGET_ERROR } from '../../src/contracts/trial-errors';
 import type { JobProgress } from '../messages';
-import { budgetChangedSignal, jobProgressQuery, trialFinishedSignal } from '../messages';
-import { budgetLedgerId, closeLedgerSignal } from '../budget-ledger';
+import { jobProgressQuery, trialFinishedSignal } from '../messages';
+import { budgetChangedSignal } from '../../src/budget/workflow/ledger';
+import { budgetLedgerId, closeLedgerSignal } from '../../src/budget/workflow/ledger';
 import { handleJobControl } from './control';
 import { BudgetExhausted, ContinueAsNew, dispatchTrials } from './dispatch';
 import { Housekeeper } from './housekeeping';

@@ -4,7 +4,7 @@
  * Tokens are input plus output tokens (cached ones included in input); a model without a price adds its tokens to
  * `tokens` and `unpriced_tokens`, and no cost (a guessed price is worse than none).
  */
-import type { Usage } from './dialect';
+import type { Usage } from '../../contracts/trial';
 import { callCost, priceOf } from './prices';
 
 /** job.yaml `budget`: caps on the job's whole spend; an absent key is no cap. */

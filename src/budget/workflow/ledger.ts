@@ -21,11 +21,13 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 
-import type { BudgetLimits, LedgerView, SessionReport, Spend } from '../src/gateway/spend';
-import { addSpend, copySpend, emptySpend, limitReached } from '../src/gateway/spend';
-import { budgetChangedSignal } from './messages';
+import type { BudgetLimits, LedgerView, SessionReport, Spend } from './spend';
+import { addSpend, copySpend, emptySpend, limitReached } from './spend';
 
 export type { LedgerView, SessionReport };
+
+/** The ledger tells its Job workflow the budget was spent (no new trial starts) or freed again (by a raise). */
+export const budgetChangedSignal = defineSignal<[{ exhausted: boolean }]>('budgetChanged');
 
 export interface LedgerState extends LedgerView {
   byAgent: Record<string, Spend>;

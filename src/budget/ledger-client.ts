@@ -1,19 +1,19 @@
 /**
- * Budgeted jobs' spend over Temporal: one ledger workflow per job (workflows/budget-ledger.ts), started with the job
+ * Budgeted jobs' spend over Temporal: one ledger workflow per job (src/budget/workflow/ledger.ts), started with the job
  * (update-with-start: a running one gets the job.yaml budget, a new one the spend the job's result.json recorded),
  * reported to by every worker's gateway, read by result writes, `rollout status` and set by `rollout ctl`.
  */
 import type { Client } from '@temporalio/client';
 import { WithStartWorkflowOperation } from '@temporalio/client';
 
-import type { budgetLedgerWorkflow, LedgerState, LedgerView, SessionReport } from '../../workflows/budget-ledger';
-import { budgetLedgerId, ledgerStateQuery, reportSpendUpdate, setBudgetUpdate } from '../../workflows/budget-ledger';
-import type { SpendLedgers } from '../gateway/budget';
-import type { BudgetLimits } from '../gateway/spend';
+import type { budgetLedgerWorkflow, LedgerState, LedgerView, SessionReport } from './workflow/ledger';
+import { budgetLedgerId, ledgerStateQuery, reportSpendUpdate, setBudgetUpdate } from './workflow/ledger';
+import type { SpendLedgers } from './job-budget';
+import type { BudgetLimits } from './workflow/spend';
 import type { JobBudgetResult } from '../results/job-result';
 import { jobSpendSeen } from '../metrics/rollout-metrics';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
-import { ifWorkflowExists } from './not-found';
+import { ifWorkflowExists } from '../temporal/not-found';
 
 export class TemporalSpendLedgers implements SpendLedgers {
   constructor(private readonly client: Client) {}

@@ -3,7 +3,7 @@
  * a guessed price is worse than none. Cached input is billed at `cached_input` instead of `input`.
  * Sources: the vendors' public price pages (2026-11); update here when they change.
  */
-import type { Usage } from './dialect';
+import type { Usage } from '../../contracts/trial';
 
 export interface Price {
   input: number;

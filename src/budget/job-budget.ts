@@ -2,7 +2,7 @@
  * The gateway's side of job.yaml `budget`: each model call of a budgeted job is checked before it goes against what
  * the job has spent on all workers, and each call's spend is reported after it (cumulatively per trial session, so a
  * report repeated or lost and sent again counts once). The spend lives in the job's ledger (a Temporal workflow:
- * src/temporal/spend-ledger.ts); this worker keeps the ledger's last answer plus what it has not reported yet.
+ * src/budget/ledger-client.ts); this worker keeps the ledger's last answer plus what it has not reported yet.
  *
  * Far from the budget a call is checked against that local view while it is under a second old (no round trip: the
  * added latency is a few microseconds; a budget changed live applies within that second); once less than
@@ -15,8 +15,8 @@
  * of a trial with no other call in flight goes all the same (at most one call per running trial over the budget).
  */
 import { log } from '../log';
-import type { LedgerView, SessionReport, Spend } from './spend';
-import { addSpend, copySpend, emptySpend, limitReached, shareLeft } from './spend';
+import type { LedgerView, SessionReport, Spend } from './workflow/spend';
+import { addSpend, copySpend, emptySpend, limitReached, shareLeft } from './workflow/spend';
 
 /** Where the spend of a job is kept: the ledger of each budgeted job, by job name. */
 export interface SpendLedgers {
