@@ -4,7 +4,7 @@
  */
 import { measureStep } from '../src/metrics/rollout-metrics';
 import type { TrialSpec } from '../src/contracts/trial';
-import type { JobBudgetReader } from '../src/results/job-result';
+import type { JobBudgetReader } from '../src/budget/workflow/spend';
 import { buildEnvironment } from './build';
 import { claimHost } from './claim-host';
 import { cleanupEnvironment } from './cleanup';

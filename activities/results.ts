@@ -2,7 +2,8 @@ import path from 'node:path';
 
 import { readCallRecords } from '../src/gateway/records';
 import type { LlmCallRecord } from '../src/gateway/records';
-import type { JobBudgetReader, JobResult } from '../src/results/job-result';
+import type { JobBudgetReader } from '../src/budget/workflow/spend';
+import type { JobResult } from '../src/results/job-result';
 import { earlierCallFiles } from '../src/results/earlier-runs';
 import { jobFiles, readJson, writeJsonAtomic } from '../src/results/files';
 import { scrubbedValue } from '../src/results/scrub';

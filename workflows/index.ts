@@ -2,7 +2,7 @@
 export { jobWorkflow } from './job';
 export { trialWorkflow } from './trial';
 export { sessionWorkflow } from './session';
-export { rateLimiterWorkflow } from './rate-limiter';
+export { rateLimiterWorkflow } from '../src/limits/workflow/rate-limiter';
 export { budgetLedgerWorkflow } from '../src/budget/workflow/ledger';
-export { concurrencyLimiterWorkflow } from './concurrency-limiter';
-export { creationPacerWorkflow } from './creation-pacer';
+export { concurrencyLimiterWorkflow } from '../src/limits/workflow/concurrency-limiter';
+export { creationPacerWorkflow } from '../src/limits/workflow/creation-pacer';

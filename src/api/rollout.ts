@@ -27,7 +27,7 @@ import type { TrialResult } from '../results/trial-result';
 import type { TemporalEndpoint } from '../temporal/connect';
 import { connectClient, ensureSearchAttributes, resolveTemporal } from '../temporal/connect';
 import type { TemporalConnectionOptions } from '../temporal/envconfig';
-import { ifWorkflowExists } from '../temporal/not-found';
+import { ifWorkflowExists } from '../workflow-not-found';
 import { installQuietRuntime } from '../temporal/runtime';
 import type { TrialSpec } from '../contracts/trial';
 import type { z } from 'zod';

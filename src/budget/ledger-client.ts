@@ -10,10 +10,10 @@ import type { budgetLedgerWorkflow, LedgerState, LedgerView, SessionReport } fro
 import { budgetLedgerId, ledgerStateQuery, reportSpendUpdate, setBudgetUpdate } from './workflow/ledger';
 import type { SpendLedgers } from './job-budget';
 import type { BudgetLimits } from './workflow/spend';
-import type { JobBudgetResult } from '../results/job-result';
+import type { JobBudgetResult } from './workflow/spend';
 import { jobSpendSeen } from '../metrics/rollout-metrics';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
-import { ifWorkflowExists } from '../temporal/not-found';
+import { ifWorkflowExists } from '../workflow-not-found';
 
 export class TemporalSpendLedgers implements SpendLedgers {
   constructor(private readonly client: Client) {}

@@ -3,7 +3,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 
 import { InputError } from '../contracts/errors';
-import { ifWorkflowExists } from '../temporal/not-found';
+import { ifWorkflowExists } from '../workflow-not-found';
 import { connectClient, resolveTemporal } from '../temporal/connect';
 
 /** A worker runs the Job workflow's task within this, or the control is reported as not taken. */

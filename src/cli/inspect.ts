@@ -5,7 +5,7 @@ import { temporal } from '@temporalio/proto';
 import type { JobProgress } from '../../workflows/messages';
 import { jobProgressQuery } from '../../workflows/messages';
 import { jobWorkflowId } from '../job/plan';
-import { ifWorkflowExists } from '../temporal/not-found';
+import { ifWorkflowExists } from '../workflow-not-found';
 import type { StepName } from '../contracts/trial';
 import { formatDuration } from './progress';
 import { renderTable } from './report';

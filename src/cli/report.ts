@@ -1,6 +1,7 @@
 import type { RegistryDataset } from '../contracts/registry';
 import { describeSpend } from '../budget/workflow/spend';
-import type { JobBudgetResult, JobResult } from '../results/job-result';
+import type { JobBudgetResult } from '../budget/workflow/spend';
+import type { JobResult } from '../results/job-result';
 import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../results/statistics';
 import type { TrialUsage } from '../contracts/trial';
 import { formatDuration } from './progress';

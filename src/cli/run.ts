@@ -31,7 +31,7 @@ import { jobFiles } from '../results/files';
 import { checkStore } from '../storage/check';
 import { jobStore, readJobJson, readVerifiedJobConfig } from '../storage/job-folder';
 import { isStoreUrl } from '../storage/location';
-import { packLocalTasks } from '../storage/task-archives';
+import { packLocalTasks } from '../task/archives';
 import { workingJobDir } from '../storage/working-dir';
 import { loadStoredJob } from './stored-jobs';
 import type { JobResult } from '../results/job-result';
@@ -43,7 +43,7 @@ import {
   resultAcrossRestarts,
   workflowUiUrl,
 } from '../temporal/connect';
-import { ifWorkflowExists } from '../temporal/not-found';
+import { ifWorkflowExists } from '../workflow-not-found';
 import type { GateOptions } from './gate';
 import { applyGate, gateRequested } from './gate';
 import { installQuietRuntime } from '../temporal/runtime';

@@ -4,6 +4,10 @@ import { parseBytes, parseCpus, quantitySchema as quantity } from './quantity';
 import type { TaskErrorType } from './trial-errors';
 import { API_ERROR_TYPES, JOB_BUDGET_ERROR, TASK_ERROR_TYPES } from './trial-errors';
 
+/** The model vendors whose wire dialects the gateway speaks: an upstream's kind, a `rate_limits` rule's match. */
+export const VENDORS = ['openai', 'anthropic', 'gemini'] as const;
+export type Vendor = (typeof VENDORS)[number];
+
 /**
  * Error types `retry` may name: the task-level ones (infrastructure errors are retried anyway), but the job's spent
  * budget (a retry would be refused again; `rollout resume` runs those trials).
@@ -52,7 +56,7 @@ export const RateLimitSchema = z
   .strictObject({
     match: z
       .strictObject({
-        upstream: z.enum(['openai', 'anthropic', 'gemini']).optional(),
+        upstream: z.enum(VENDORS).optional(),
         model: z.string().min(1).optional(),
       })
       .prefault({}),
@@ -346,7 +350,7 @@ export type JobConfig = z.infer<ReturnType<typeof jobConfigSchema>>;
 /** One rate_limits rule as the gateway applies it. */
 export interface RateLimitRule {
   /** Which calls the rule covers: the upstream (vendor) and a model glob; absent keys match everything. */
-  match: { upstream?: 'openai' | 'anthropic' | 'gemini'; model?: string };
+  match: { upstream?: Vendor; model?: string };
   requests_per_minute?: number;
   input_tokens_per_minute?: number;
   /** Calls in flight at once toward the matched upstream, per worker (the adaptive limit gives way to it). */

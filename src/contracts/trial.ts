@@ -54,9 +54,9 @@ export interface TrialSpec {
   taskName: string;
   /** The task's folder on the host that planned the job (for a registry task, in that host's cache). */
   taskDir: string;
-  /** A registry task's coordinates: a worker whose cache lacks it fetches it itself (src/registry/trial-task.ts). */
+  /** A registry task's coordinates: a worker whose cache lacks it fetches it itself (src/task/locate.ts). */
   taskSource?: RegistryTaskSource;
-  /** A local task of a job in an object store: packed there by the CLI, fetched by digest (src/storage/task-archives.ts). */
+  /** A local task of a job in an object store: packed there by the CLI, fetched by digest (src/task/archives.ts). */
   taskArchive?: { store: string; digest: string };
   datasetName: string;
   agentName: string;

@@ -1,7 +1,7 @@
 /**
  * How many sandboxes a provider's vendor lets one account create a second: job.yaml `environment.creates_per_second`,
  * else the vendor's documented limit below. Every worker of a deployment draws from one shared window per provider
- * and limit (src/temporal/creation-rate.ts), so the vendor sees at most this rate however many workers there are.
+ * and limit (src/limits/creation-rate.ts), so the vendor sees at most this rate however many workers there are.
  * Providers without a limit (Docker, local processes, Kubernetes: the cluster's own API priority and fairness) are
  * not listed: their creations are not paced.
  */

@@ -11,7 +11,7 @@ import { providerKeys } from '../contracts/job-config';
 import { parseBytes, parseCpus } from '../contracts/quantity';
 import { taskCapProblems } from '../task/caps';
 import { separateVerifierEnvironment, taskResources } from '../contracts/task-config';
-import { isRefusal, wantedGuest } from './cloud/guest-size';
+import { isRefusal, wantedGuest } from './kit/guest-size';
 import { taskComposeFile } from './docker/compose';
 import type { Environment, EnvironmentOwner, ProviderSettings } from '../contracts/environment';
 import type { Capability, EnvironmentProvider, EnvironmentRequirement, RequirementTask } from '../contracts/provider';

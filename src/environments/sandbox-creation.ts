@@ -3,16 +3,12 @@
  * the provider (adaptive: halved when the vendor answers with a quota or rate-limit reply, grown back by one a round
  * of creations answered normally, from a small start so a job's first trials ramp up instead of bursting), then a
  * grant of the deployment's pace (`environment.creates_per_second`, shared through Temporal:
- * src/temporal/creation-rate.ts). Providers without a pace are not gated.
+ * src/limits/creation-rate.ts). Providers without a pace are not gated.
  */
-import { AdaptiveLimit } from '../adaptive-limit';
-import { CloudQuotaError } from './cloud/quota';
-import { observingQuotaReplies } from './quota-replies';
-
-/** The deployment's pace of creations: resolves when one more may start (rejects if `signal` aborts first). */
-export interface CreationPace {
-  acquire(provider: string, perSecond: number, signal: AbortSignal): Promise<void>;
-}
+import { AdaptiveLimit } from '../limits/adaptive-limit';
+import type { CreationPace } from '../limits/creation-rate';
+import { CloudQuotaError } from './kit/quota';
+import { observingQuotaReplies } from './kit/quota-replies';
 
 /** The most creations in flight per provider and worker, however long the vendor keeps answering normally. */
 const MAX_IN_FLIGHT = 1_024;

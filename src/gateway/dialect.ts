@@ -3,12 +3,13 @@
  * upstream request, how to rebuild a response from its SSE events, and how to read usage and the conversation in
  * one neutral, OpenAI-style shape (for trajectories and exports). One file per dialect in dialects/.
  */
+import type { Vendor } from '../contracts/job-config';
 import type { Usage } from '../contracts/trial';
 import type { SseEvent } from './sse';
 
 export type DialectName = 'openai-chat' | 'openai-completions' | 'openai-responses' | 'anthropic' | 'gemini';
 /** Who serves a dialect: the upstream (base URL and key) is per vendor. */
-export type Vendor = 'openai' | 'anthropic' | 'gemini';
+export type { Vendor };
 
 export type { Usage };
 

@@ -8,7 +8,7 @@
 import type http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import type { AdaptiveLimit, Permit } from '../adaptive-limit';
+import type { AdaptiveLimit, Permit } from '../limits/adaptive-limit';
 import type { Dialect } from './dialect';
 import type { ApiErrorType } from '../contracts/trial-errors';
 import { classifyBroken, classifyStatus } from './errors';

@@ -1,7 +1,7 @@
 import type { JobStats, RewardMetrics } from './job-stats';
 import { finishedCount, groupMetrics } from './job-stats';
 import type { MetricType } from '../contracts/job-config';
-import type { BudgetLimits, Spend } from '../budget/workflow/spend';
+import type { JobBudgetResult } from '../budget/workflow/spend';
 import type { TrialUsage } from '../contracts/trial';
 import { addUsage, emptyUsage } from './usage';
 
@@ -45,17 +45,6 @@ export interface JobResult {
   /** Live control (`rollout ctl`) as of this write; absent in results written before it existed. */
   control?: { paused: boolean; n_concurrent_trials: number };
 }
-
-export interface JobBudgetResult {
-  limits: BudgetLimits;
-  spent: Spend;
-  spent_by_agent: Record<string, Spend>;
-  /** Which limit was reached ("cost_usd 50.0132 of 50"), or null. */
-  exhausted: string | null;
-}
-
-/** The budget section of a job's result.json, read where the job's spend is kept; undefined: the job has none. */
-export type JobBudgetReader = (jobName: string) => Promise<JobBudgetResult | undefined>;
 
 export function buildJobResult(input: {
   jobName: string;

@@ -22,7 +22,7 @@ import {
   sessionReadyUpdate,
   sessionRecordQuery,
   sessionStepUpdate,
-} from '../../workflows/session-messages';
+} from '../../workflows/session/messages';
 import { namedTrial } from '../api/rollout';
 import { boundedId } from '../job/plan';
 import { JOB_TASK_QUEUE } from '../contracts/queues';

@@ -21,8 +21,8 @@ import { workflowBundle } from '../../workers/workflow-bundle';
 import { ModelGateway } from '../../src/gateway/gateway';
 import { upstreamsFromEnv } from '../../src/gateway/upstreams';
 import { readLedger, startLedger, TemporalSpendLedgers } from '../../src/budget/ledger-client';
-import { TemporalConcurrencyShares } from '../../src/temporal/concurrency-limits';
-import { TemporalRateLimits } from '../../src/temporal/rate-limits';
+import { TemporalConcurrencyShares } from '../../src/limits/shared-concurrency';
+import { TemporalRateLimits } from '../../src/limits/shared-rate-limits';
 import { budgetLedgerId } from '../../src/budget/workflow/ledger';
 import { TEST_ADDRESS, testTemporal } from '../support/temporal';
 

@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 
-import { CloudQuotaError, withQuotaBackoff } from '../../src/environments/cloud/quota';
+import { CloudQuotaError, withQuotaBackoff } from '../../src/environments/kit/quota';
 import { DEFAULT_CREATES_PER_SECOND, creationPace } from '../../src/environments/creation-rates';
 import { SandboxCreation } from '../../src/environments/sandbox-creation';
 import { JobConfigSchema } from '../../src/job/checks';

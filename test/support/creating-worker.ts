@@ -8,9 +8,9 @@
  */
 import { Client, Connection } from '@temporalio/client';
 
-import { withQuotaBackoff } from '../../src/environments/cloud/quota';
+import { withQuotaBackoff } from '../../src/environments/kit/quota';
 import { SandboxCreation } from '../../src/environments/sandbox-creation';
-import { TemporalCreationRate } from '../../src/temporal/creation-rate';
+import { TemporalCreationRate } from '../../src/limits/creation-rate';
 
 class QuotaReply extends Error {}
 

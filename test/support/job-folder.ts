@@ -8,7 +8,8 @@ import path from 'node:path';
 
 import type { PlannedTrial } from '../../src/contracts/trial';
 import { jobFiles, writeJsonAtomic } from '../../src/results/files';
-import type { JobBudgetResult, JobResult } from '../../src/results/job-result';
+import type { JobBudgetResult } from '../../src/budget/workflow/spend';
+import type { JobResult } from '../../src/results/job-result';
 import { buildJobResult } from '../../src/results/job-result';
 import { addTrial, emptyStats } from '../../src/results/job-stats';
 import type { TrialResult } from '../../src/results/trial-result';

@@ -13,8 +13,8 @@ import { Client, Connection } from '@temporalio/client';
 
 import { ModelGateway } from '../../src/gateway/gateway';
 import { upstreamsFromEnv } from '../../src/gateway/upstreams';
-import { TemporalConcurrencyShares } from '../../src/temporal/concurrency-limits';
-import { TemporalRateLimits } from '../../src/temporal/rate-limits';
+import { TemporalConcurrencyShares } from '../../src/limits/shared-concurrency';
+import { TemporalRateLimits } from '../../src/limits/shared-rate-limits';
 
 async function main(): Promise<void> {
   const env = (name: string) => {

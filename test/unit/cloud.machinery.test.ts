@@ -1,5 +1,5 @@
 /**
- * What the cloud sandbox providers share (src/environments/cloud/): the quota backoff (waits on a vendor's quota
+ * What the cloud sandbox providers share (src/environments/kit/): the quota backoff (waits on a vendor's quota
  * reply, passes other errors at once, ends in a CloudQuotaError carrying the vendor's message), sandbox labels and
  * their reading back, the lifetime from a trial's budget; and job.yaml's max_sandboxes capping the job's concurrency.
  */
@@ -7,9 +7,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { jobInput } from '../../src/api/submit';
-import { fittedGuest } from '../../src/environments/cloud/guest-size';
-import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../../src/environments/cloud/quota';
-import { heldSandbox, rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/cloud/sandbox';
+import { fittedGuest } from '../../src/environments/kit/guest-size';
+import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../../src/environments/kit/quota';
+import { heldSandbox, rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/kit/cloud-sandbox';
 import type { ListedSandbox } from '../../src/environments/kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../../src/environments/kit/sandbox-listing';
 import type { ResolvedJob } from '../../src/job/load';

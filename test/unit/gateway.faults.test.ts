@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { AdaptiveLimit } from '../../src/adaptive-limit';
+import { AdaptiveLimit } from '../../src/limits/adaptive-limit';
 import type { TrialSession } from '../../src/gateway/gateway';
 import { ModelGateway } from '../../src/gateway/gateway';
 import { probeUpstream } from '../../src/gateway/probe';

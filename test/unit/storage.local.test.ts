@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import type { JobPlan } from '../../src/job/plan';
 import { openStore } from '../../src/storage/store';
 import { pullFromStore, pushToStore } from '../../src/storage/sync';
-import { fetchTaskArchive, packLocalTasks } from '../../src/storage/task-archives';
+import { fetchTaskArchive, packLocalTasks } from '../../src/task/archives';
 
 let dir: string;
 

@@ -27,6 +27,18 @@ export interface Spend {
   unpriced_models: string[];
 }
 
+/** result.json's `budget` section: the job's budget, and what it spent on all workers (all its runs). */
+export interface JobBudgetResult {
+  limits: BudgetLimits;
+  spent: Spend;
+  spent_by_agent: Record<string, Spend>;
+  /** Which limit was reached ("cost_usd 50.0132 of 50"), or null. */
+  exhausted: string | null;
+}
+
+/** That section of a job's result.json, read where the job's spend is kept; undefined: the job has none. */
+export type JobBudgetReader = (jobName: string) => Promise<JobBudgetResult | undefined>;
+
 /** One trial session's spend so far on one gateway (cumulative: each report replaces the last). */
 export interface SessionReport {
   /** Unique per gateway session (a trial's agent run on one worker). */

@@ -6,8 +6,8 @@
 import type { Sandbox } from '@daytonaio/sdk';
 import { Daytona, DaytonaError, DaytonaNotFoundError } from '@daytonaio/sdk';
 
-import type { QuotaBackoffOptions } from '../cloud/quota';
-import { withQuotaBackoff } from '../cloud/quota';
+import type { QuotaBackoffOptions } from '../kit/quota';
+import { withQuotaBackoff } from '../kit/quota';
 import { ifFoundBy } from '../kit/not-found';
 import { API_KEY_VARIABLE } from './credentials';
 

@@ -5,7 +5,7 @@
 import { createReadStream } from 'node:fs';
 
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { withHostCopy } from '../cloud/host-copy';
+import { withHostCopy } from '../kit/host-copy';
 import type { StagedCarrier } from '../kit/tar-transfer';
 import { StagedTransfer } from '../kit/tar-transfer';
 import type { DaytonaClients } from './client';

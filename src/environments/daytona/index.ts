@@ -30,7 +30,7 @@ import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
 import type { StagedTransfer } from '../kit/tar-transfer';
 import { KILL_ALL } from '../trial-container';
-import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { sandboxLabels, sandboxLifetimeSec } from '../kit/cloud-sandbox';
 import { DaytonaClients, daytonaCall, ifFound, isUnusableSnapshot } from './client';
 import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';

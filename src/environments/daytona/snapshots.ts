@@ -15,7 +15,7 @@ import type { EnvironmentHandle, TrialResources } from '../../contracts/trial';
 import { hasDockerfileIn } from '../dockerfile';
 import type { BuildRequest, BuildResult, InstallSnapshots } from '../../contracts/environment';
 import { LABEL_ENV_KEY, TaskEnvironmentError } from '../../contracts/environment';
-import { CloudQuotaError } from '../cloud/quota';
+import { CloudQuotaError } from '../kit/quota';
 import type { DaytonaClients } from './client';
 import { daytonaCall, ifFound } from './client';
 import { daytonaSettings } from './settings';

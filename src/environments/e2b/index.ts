@@ -23,7 +23,7 @@ import type {
   StreamedProcessRequest,
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT } from '../../contracts/environment';
-import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { sandboxLabels, sandboxLifetimeSec } from '../kit/cloud-sandbox';
 import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox, SandboxListing } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';
@@ -31,10 +31,8 @@ import type { StagedTransfer } from '../kit/tar-transfer';
 import { SandboxCommands } from './exec';
 import { sandboxFiles } from './files';
 import { E2B_KILL_ALL } from './kill-all';
-import { withE2BQuota } from './quota';
-import type { QuotaWaitMs } from './quota';
-import type { Sandbox } from './client';
-import { ifFound, sdk } from './client';
+import type { QuotaWaitMs, Sandbox } from './client';
+import { ifFound, sdk, withE2BQuota } from './client';
 import type { E2BSettings } from './settings';
 import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';

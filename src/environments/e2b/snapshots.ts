@@ -6,9 +6,8 @@
  */
 import type { EnvironmentHandle } from '../../contracts/trial';
 import type { InstallSnapshots } from '../../contracts/environment';
-import { withE2BQuota } from './quota';
-import type { QuotaWaitMs } from './quota';
-import { sdk } from './client';
+import type { QuotaWaitMs } from './client';
+import { sdk, withE2BQuota } from './client';
 import { snapshotName } from './names';
 
 export function e2bSnapshots(quotaWaitMs: QuotaWaitMs): InstallSnapshots {

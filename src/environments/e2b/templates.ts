@@ -9,10 +9,9 @@ import path from 'node:path';
 
 import type { BuildRequest } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
-import { quotaMaxWaitMs } from '../cloud/quota';
-import { e2bQuotaMessage, withE2BQuota } from './quota';
-import type { QuotaWaitMs } from './quota';
-import { ifFound, sdk } from './client';
+import { quotaMaxWaitMs } from '../kit/quota';
+import type { QuotaWaitMs } from './client';
+import { e2bQuotaMessage, ifFound, sdk, withE2BQuota } from './client';
 import { JOB_TAG_PREFIX, PREBUILT_TAG, isSnapshotOf, parseReference, templateName } from './names';
 import type { E2BSettings } from './settings';
 

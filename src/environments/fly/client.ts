@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 
-import { withQuotaBackoff } from '../cloud/quota';
+import { withQuotaBackoff } from '../kit/quota';
 import { ifFoundBy } from '../kit/not-found';
 
 export const DEFAULT_FLY_API = 'https://api.machines.dev';

@@ -6,7 +6,7 @@
  *   MIN_MEMORY_MB_PER_SHARED_CPU, MAX_MEMORY_MB_PER_SHARED_CPU, MIN_MEMORY_MB_PER_CPU, MAX_MEMORY_MB_PER_CPU).
  * - Memory in steps of 256 MB (shared) or 1024 MB (performance) (flyctl's guest flags, `memoryIncrement`).
  */
-import { smallestGuest } from '../cloud/guest-size';
+import { smallestGuest } from '../kit/guest-size';
 import type { GuestSize, GuestSizeRefusal } from '../../contracts/provider';
 
 const RULES = {

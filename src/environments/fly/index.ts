@@ -5,8 +5,8 @@
  * trial's whole budget, so a machine whose worker died cannot run for long. Any worker with the token reaches it.
  */
 import type { EnvironmentHandle } from '../../contracts/trial';
-import { rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
-import { fittedGuest, wantedGuest } from '../cloud/guest-size';
+import { rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../kit/cloud-sandbox';
+import { fittedGuest, wantedGuest } from '../kit/guest-size';
 import type {
   BuildRequest,
   BuildResult,

@@ -1,17 +1,19 @@
 /**
  * What every provider does once a trial's sandbox runs, before any step: the start files at the root, then one script
- * as root that makes the logs folders and runs the caller's setup (in the extraction's own exec where the carrier can). A failure is the task's environment failing to
- * start (EnvironmentStartError), never the agent's.
+ * as root that makes the logs folders and runs the caller's setup (in the extraction's own exec where the carrier
+ * can). A failure is the task's environment failing to start (EnvironmentStartError), never the agent's.
  */
 import type { Readable } from 'node:stream';
 
+import { CONTAINER_PATHS } from '../../contracts/paths';
 import type { EnvironmentHandle } from '../../contracts/trial';
 import { packedFiles } from '../archives';
 import type { StartRequest } from '../../contracts/environment';
 import { TaskEnvironmentError } from '../../contracts/environment';
 
+const LOG_DIRS = `${CONTAINER_PATHS.agentLogs} ${CONTAINER_PATHS.verifierLogs}`;
 /** /logs/agent and /logs/verifier, writable by whichever user the agent and the tests run as. */
-export const LOGS_FOLDERS = 'mkdir -p /logs/agent /logs/verifier && chmod 777 /logs/agent /logs/verifier';
+export const LOGS_FOLDERS = `mkdir -p ${LOG_DIRS} && chmod 777 ${LOG_DIRS}`;
 
 /** The start script: `first`, the logs folders, `checks`, the caller's setup, `last`; each only if the one before passed. */
 export function startScript(

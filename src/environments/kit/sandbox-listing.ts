@@ -2,11 +2,11 @@
  * Clean-up by label, for the providers whose vendor lists sandboxes by their labels (tags, metadata, pod labels):
  * what an earlier attempt of a trial left (removeTrial, before a start and after a crash), and every sandbox of the
  * deployment for the janitor (heldEnvironments). The provider says how its vendor lists and removes; the labels are
- * Rollout's own (../cloud/sandbox.ts), spelled as the vendor takes them by the provider.
+ * Rollout's own (cloud-sandbox.ts), spelled as the vendor takes them by the provider.
  */
 import type { EnvironmentOwner, HeldEnvironment } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT, LABEL_ROLE, LABEL_TRIAL } from '../../contracts/environment';
-import { heldSandbox } from '../cloud/sandbox';
+import { heldSandbox } from './cloud-sandbox';
 
 export interface ListedSandbox {
   id: string;

@@ -1,7 +1,7 @@
 /**
  * Modal's SDK as the modal environment uses it: one ModalClient per worker process (credentials and server URL as the
  * SDK finds them in the worker's environment), Apps looked up once, sandbox handles kept per id, and the SDK's errors
- * told apart: gone, a quota or rate limit (waited on through the cloud providers' shared backoff, ../cloud/quota.ts).
+ * told apart: gone, a quota or rate limit (waited on through the cloud providers' shared backoff, ../kit/quota.ts).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 
@@ -9,7 +9,7 @@ import type { App, Logger, ModalClientParams, Sandbox } from 'modal';
 import { ModalClient, NotFoundError, ResourceExhaustedError } from 'modal';
 
 import { log } from '../../log';
-import { withQuotaBackoff } from '../cloud/quota';
+import { withQuotaBackoff } from '../kit/quota';
 import { ifFoundBy } from '../kit/not-found';
 import type { ModalSettings } from './settings';
 

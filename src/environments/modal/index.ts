@@ -27,7 +27,7 @@ import type {
   StreamedProcessRequest,
 } from '../../contracts/environment';
 import { LABEL_DEPLOYMENT } from '../../contracts/environment';
-import { sandboxLabels, sandboxLifetimeSec } from '../cloud/sandbox';
+import { sandboxLabels, sandboxLifetimeSec } from '../kit/cloud-sandbox';
 import { prepareStart } from '../kit/prepare';
 import type { ListedSandbox } from '../kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../kit/sandbox-listing';

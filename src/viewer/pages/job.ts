@@ -1,5 +1,5 @@
 /** A job's page: metrics, errors, usage, then the task × agent matrix, comparisons and trials (job-sections.ts). */
-import type { JobBudgetResult } from '../../results/job-result';
+import type { JobBudgetResult } from '../../budget/workflow/spend';
 import type { RewardMetrics } from '../../results/job-stats';
 import { TOO_FEW_TASKS_NOTE, lacksInterval } from '../../results/statistics';
 import { jobCharts } from '../charts/job';

@@ -13,7 +13,7 @@ import type { Sandbox } from 'e2b';
 import { InvalidArgumentError, Sandbox as E2BSandbox, Template } from 'e2b';
 
 import { SandboxCommands } from '../../../src/environments/e2b/exec';
-import { e2bQuotaMessage } from '../../../src/environments/e2b/quota';
+import { e2bQuotaMessage } from '../../../src/environments/e2b/client';
 import { E2BSettingsSchema } from '../../../src/environments/e2b/settings';
 import { REAL_CLOUD } from '../../support/cloud-suite';
 import type { E2BStandIn } from './e2b-stand-in';

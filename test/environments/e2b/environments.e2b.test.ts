@@ -14,7 +14,7 @@ import { NODE_RUNTIME_DIR, hostNodeRuntime } from '../../../src/agents/node-runt
 import { E2BEnvironment } from '../../../src/environments/e2b';
 import { e2bProvider } from '../../../src/environments/e2b/provider';
 import type { StartRequest } from '../../../src/contracts/environment';
-import { CloudQuotaError } from '../../../src/environments/cloud/quota';
+import { CloudQuotaError } from '../../../src/environments/kit/quota';
 import { TaskEnvironmentError } from '../../../src/contracts/environment';
 import { ProviderConfigError } from '../../../src/contracts/provider';
 import { ModelGateway } from '../../../src/gateway/gateway';

@@ -1,7 +1,7 @@
 /** Updates, signals and queries of the Session workflow, shared with the server (pure definitions). */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 
-import type { SessionClaim, SessionRecord, StepOutcome, ToolCall } from '../src/contracts/session';
+import type { SessionClaim, SessionRecord, StepOutcome, ToolCall } from '../../src/contracts/session';
 
 /** Completes once the session's container runs (fails if the session ended before). */
 export const sessionReadyUpdate = defineUpdate<{ ready_at: string }>('ready');

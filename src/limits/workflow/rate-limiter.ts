@@ -7,9 +7,9 @@
  */
 import { continueAsNew, defineUpdate, setHandler } from '@temporalio/workflow';
 
-import type { GrantEntry, RateAsk, RateGrant } from '../src/gateway/rate-window';
-import type { RateLimitRule } from '../src/contracts/job-config';
-import { grantFromWindow } from '../src/gateway/rate-window';
+import type { GrantEntry, RateAsk, RateGrant } from './rate-window';
+import type { RateLimitRule } from '../../contracts/job-config';
+import { grantFromWindow } from './rate-window';
 import { serveUntilIdleOrLong } from './limiter-loop';
 
 export const acquireRateUpdate = defineUpdate<RateGrant, [RateAsk]>('acquire');

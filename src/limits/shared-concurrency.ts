@@ -12,15 +12,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { WithStartWorkflowOperation } from '@temporalio/client';
 
-import type { concurrencyLimiterWorkflow } from '../../workflows';
-import { reportSlotsUpdate } from '../../workflows/concurrency-limiter';
-import { AdaptiveLimit } from '../adaptive-limit';
-import { HOLDER_TTL_MS } from '../gateway/concurrency-share';
+import type { concurrencyLimiterWorkflow } from './workflow/concurrency-limiter';
+import { reportSlotsUpdate } from './workflow/concurrency-limiter';
+import { AdaptiveLimit } from './adaptive-limit';
+import { HOLDER_TTL_MS } from './workflow/concurrency-share';
 import type { RateLimitRule } from '../contracts/job-config';
 import { log } from '../log';
-import type { SharedConcurrency } from '../gateway/rate-limits';
+import type { SharedConcurrency } from './rules';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
-import { limitKey } from './rate-limits';
+import { limitKey } from './shared-rate-limits';
 
 /** How often a busy holder reports; while calls wait for more than it holds, the faster pace. */
 const REPORT_MS = 1_000;

@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { jitteredBackoffMs } from '../../backoff';
-import { quotaReplied, quotaRetrying } from '../quota-replies';
+import { quotaReplied, quotaRetrying } from './quota-replies';
 
 export class CloudQuotaError extends Error {
   constructor(

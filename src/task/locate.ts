@@ -1,7 +1,7 @@
 import { isDirectory } from '../files/absent';
-import { fetchTaskArchive } from '../storage/task-archives';
+import { fetchTaskArchive } from './archives';
 import type { TrialSpec } from '../contracts/trial';
-import { cachedTaskDir, fetchTasks } from './git-cache';
+import { cachedTaskDir, fetchTasks } from '../registry/git-cache';
 
 /** Downloads under way in this process, by cache folder: trials of one task on this host fetch it once. */
 const fetching = new Map<string, Promise<string>>();

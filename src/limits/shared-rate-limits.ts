@@ -10,9 +10,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { WithStartWorkflowOperation } from '@temporalio/client';
 
-import type { rateLimiterWorkflow } from '../../workflows';
-import { acquireRateUpdate } from '../../workflows/rate-limiter';
-import type { SharedRateLimits } from '../gateway/rate-limits';
+import type { rateLimiterWorkflow } from './workflow/rate-limiter';
+import { acquireRateUpdate } from './workflow/rate-limiter';
+import type { SharedRateLimits } from './rules';
 import type { RateLimitRule } from '../contracts/job-config';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
 

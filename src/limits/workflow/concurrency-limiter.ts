@@ -1,13 +1,13 @@
 /**
  * One deployment-wide `max_concurrent` (a `rate_limits` rule): every worker's gateway reports its use and gets its
- * share through the `slots` update (update-with-start, so the first report starts it); src/gateway/concurrency-share.ts
+ * share through the `slots` update (update-with-start, so the first report starts it); src/limits/workflow/concurrency-share.ts
  * decides. A worker that stops reporting (crashed) loses its share after a few seconds. The workflow ends after ten
  * idle minutes and continues as new before its history grows long.
  */
 import { continueAsNew, defineUpdate, setHandler } from '@temporalio/workflow';
 
-import type { SlotHolder, SlotReport } from '../src/gateway/concurrency-share';
-import { allotSlots } from '../src/gateway/concurrency-share';
+import type { SlotHolder, SlotReport } from './concurrency-share';
+import { allotSlots } from './concurrency-share';
 import { serveUntilIdleOrLong } from './limiter-loop';
 
 export const reportSlotsUpdate = defineUpdate<number, [SlotReport]>('slots');

@@ -17,9 +17,9 @@ import tarStream from 'tar-stream';
 import { isDirectory } from '../files/absent';
 import type { PlannedTrial } from '../contracts/trial';
 import { tasksCacheRoot } from '../registry/git-cache';
-import { joinStoreUrl } from './location';
-import { openStore } from './store';
-import { eachLimited } from './trial-folder';
+import { joinStoreUrl } from '../storage/location';
+import { openStore } from '../storage/store';
+import { eachLimited } from '../storage/trial-folder';
 
 /** Where a trial's task was packed: the store folder of task archives, and the archive's digest (sha256 of the tar). */
 export interface TaskArchive {

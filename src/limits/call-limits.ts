@@ -5,11 +5,11 @@
  */
 import type http from 'node:http';
 
-import type { AdaptiveLimitOptions } from '../adaptive-limit';
-import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from '../adaptive-limit';
-import type { Vendor } from './dialect';
-import type { SharedConcurrency, SharedRateLimits } from './rate-limits';
-import { estimatedInputTokens, matchingRules, mergedRules } from './rate-limits';
+import type { AdaptiveLimitOptions } from './adaptive-limit';
+import { ADAPTIVE_LIMIT_DEFAULTS, AdaptiveLimit } from './adaptive-limit';
+import type { Vendor } from '../contracts/job-config';
+import type { SharedConcurrency, SharedRateLimits } from './rules';
+import { estimatedInputTokens, matchingRules, mergedRules } from './rules';
 import type { RateLimitRule } from '../contracts/job-config';
 
 export interface CallLimitsOptions {

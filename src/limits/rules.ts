@@ -1,12 +1,12 @@
 /**
  * The gateway's side of shared rate limits: which `rate_limits` rules (job.yaml's and the worker config's) a call
- * falls under, and the sources it waits on (Temporal workflows per rule in a deployment: src/temporal/rate-limits.ts
+ * falls under, and the sources it waits on (Temporal workflows per rule in a deployment: src/limits/shared-rate-limits.ts
  * and concurrency-limits.ts).
  */
 import { minimatch } from 'minimatch';
 
-import type { AdaptiveLimit } from '../adaptive-limit';
-import type { Vendor } from './dialect';
+import type { AdaptiveLimit } from './adaptive-limit';
+import type { Vendor } from '../contracts/job-config';
 import type { RateLimitRule } from '../contracts/job-config';
 
 /** Grants leases of a shared limit; resolves once this call may go (rejects if `signal` aborts first). */

@@ -1,6 +1,6 @@
 /**
  * Who hears of a vendor's quota and rate-limit replies: the sandbox creation gate (src/environments/sandbox-creation.ts)
- * runs a create inside `observingQuotaReplies`, and withQuotaBackoff (cloud/quota.ts), which every cloud provider's
+ * runs a create inside `observingQuotaReplies`, and withQuotaBackoff (quota.ts), which every cloud provider's
  * calls go through, reports each such reply to it and waits for it before trying again, so that retries keep the
  * deployment's pace too. The providers need not know of the gate.
  */

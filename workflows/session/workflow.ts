@@ -18,8 +18,8 @@ import {
   setHandler,
 } from '@temporalio/workflow';
 
-import type { ProviderActivities } from '../activities';
-import type { SessionCommandInput } from '../activities/session';
+import type { ProviderActivities } from '../../activities';
+import type { SessionCommandInput } from '../../activities/session';
 import type {
   SessionClaim,
   SessionEnd,
@@ -27,18 +27,18 @@ import type {
   SessionRecord,
   StepOutcome,
   ToolCall,
-} from '../src/contracts/session';
-import { primaryReward } from '../src/results/job-stats';
-import { providerQueue } from '../src/contracts/queues';
-import type { EnvironmentHandle } from '../src/contracts/trial';
+} from '../../src/contracts/session';
+import { primaryReward } from '../../src/results/job-stats';
+import { providerQueue } from '../../src/contracts/queues';
+import type { EnvironmentHandle } from '../../src/contracts/trial';
 import {
   endSessionSignal,
   sessionClaimUpdate,
   sessionReadyUpdate,
   sessionRecordQuery,
   sessionStepUpdate,
-} from './session-messages';
-import { notRunHere } from './trial/local-steps';
+} from './messages';
+import { notRunHere } from '../trial/local-steps';
 
 const HEARTBEAT_TIMEOUT_MS = 10_000;
 const GRACE_SEC = 60;

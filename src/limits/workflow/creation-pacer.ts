@@ -1,13 +1,13 @@
 /**
  * One deployment's pace of sandbox creations on a provider (job.yaml `environment.creates_per_second`): every worker
  * asks it for time slots through the `slots` update (update-with-start, so the first ask starts it), evenly spaced
- * (src/environments/creation-slots.ts). The workflow ends after ten idle minutes and continues as new before its
+ * (src/limits/workflow/creation-slots.ts). The workflow ends after ten idle minutes and continues as new before its
  * history grows long.
  */
 import { continueAsNew, defineUpdate, setHandler } from '@temporalio/workflow';
 
-import type { SlotAsk, SlotGrant } from '../src/environments/creation-slots';
-import { nextSlots } from '../src/environments/creation-slots';
+import type { SlotAsk, SlotGrant } from './creation-slots';
+import { nextSlots } from './creation-slots';
 import { serveUntilIdleOrLong } from './limiter-loop';
 
 export const creationSlotsUpdate = defineUpdate<SlotGrant, [SlotAsk]>('slots');

@@ -4,7 +4,7 @@
  * draws from one window.
  */
 
-import type { RateLimitRule } from '../contracts/job-config';
+import type { RateLimitRule } from '../../contracts/job-config';
 
 export interface RateAsk {
   requests: number;

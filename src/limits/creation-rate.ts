@@ -1,6 +1,6 @@
 /**
  * Sandbox creations paced across a deployment (job.yaml `environment.creates_per_second`): per provider and pace, one
- * pacer workflow (workflows/creation-pacer.ts) hands out evenly spaced time slots, and each creation waits for its
+ * pacer workflow (src/limits/workflow/creation-pacer.ts) hands out evenly spaced time slots, and each creation waits for its
  * slot, so the vendor sees the pace however many workers create. Each worker queues its own creations (first come,
  * first served) and keeps one ask in flight per pace, for as many as wait: none while nothing waits. Its lead (how
  * long a slot takes to reach it) is measured on each grant, so slots are far enough ahead to be kept on a loaded host.
@@ -10,11 +10,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { WithStartWorkflowOperation } from '@temporalio/client';
 
-import type { creationPacerWorkflow } from '../../workflows';
-import { creationSlotsUpdate } from '../../workflows/creation-pacer';
-import { slotSpacingMs } from '../environments/creation-slots';
-import type { CreationPace } from '../environments/sandbox-creation';
-import { limitKey } from './rate-limits';
+import type { creationPacerWorkflow } from './workflow/creation-pacer';
+import { creationSlotsUpdate } from './workflow/creation-pacer';
+import { slotSpacingMs } from './workflow/creation-slots';
+import { limitKey } from './shared-rate-limits';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
 
 /** Added to the slowest recent delivery of a grant, for the lead of the next ask. */
@@ -25,6 +24,11 @@ const MAX_LATE_MS = 25;
 
 interface Waiter {
   go: () => void;
+}
+
+/** The deployment's pace of creations: resolves when one more may start (rejects if `signal` aborts first). */
+export interface CreationPace {
+  acquire(provider: string, perSecond: number, signal: AbortSignal): Promise<void>;
 }
 
 export class TemporalCreationRate implements CreationPace {
