@@ -9,7 +9,12 @@ import { describe, it } from 'node:test';
 import { jobInput } from '../../src/api/submit';
 import { fittedGuest } from '../../src/environments/kit/guest-size';
 import { CloudQuotaError, quotaMaxWaitMs, withQuotaBackoff } from '../../src/environments/kit/quota';
-import { heldSandbox, rolloutLabels, sandboxLabels, sandboxLifetimeSec } from '../../src/environments/kit/cloud-sandbox';
+import {
+  heldSandbox,
+  rolloutLabels,
+  sandboxLabels,
+  sandboxLifetimeSec,
+} from '../../src/environments/kit/cloud-sandbox';
 import type { ListedSandbox } from '../../src/environments/kit/sandbox-listing';
 import { heldSandboxes, removeTrialSandboxes } from '../../src/environments/kit/sandbox-listing';
 import type { ResolvedJob } from '../../src/job/load';
