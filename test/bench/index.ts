@@ -1,5 +1,6 @@
 /** `npm run bench -- <name> [args]`: benchmarks print figures; they assert nothing about time. */
 import { agentsBenchmark } from './agents';
+import { chaosBenchmark } from './chaos';
 import { cloudBenchmark } from './cloud';
 import { dockerBenchmark } from './docker';
 import { harborBenchmark } from './harbor';
@@ -16,6 +17,7 @@ const benchmarks: Record<string, (args: string[]) => Promise<void>> = {
   sessions: () => sessionsBenchmark(),
   cloud: cloudBenchmark,
   storage: storageBenchmark,
+  chaos: chaosBenchmark,
 };
 
 async function main(): Promise<void> {

@@ -26,7 +26,14 @@ interface BenchServer {
   address: string;
   pids(): Promise<number[]>;
   dataBytes(): Promise<number>;
+  /** Stops and starts the server again, its data kept (as after a crash). */
+  restart(): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** A fresh server of this kind, on ports of its own. */
+export function benchServer(kind: ServerKind): Promise<BenchServer> {
+  return kind === 'dev' ? devBenchServer() : clusterBenchServer();
 }
 
 const BENCH_PORT = Number(process.env.ROLLOUT_BENCH_PORT ?? 17900);
@@ -43,6 +50,10 @@ async function devBenchServer(): Promise<BenchServer> {
     address: status.address,
     pids: async () => [(await devServerStatus(config)).pid!],
     dataBytes: () => folderBytes(config.stateDir, (name) => name.startsWith('temporal.db')),
+    restart: async () => {
+      await stopDevServer(config);
+      await ensureDevServer(config);
+    },
     stop: async () => {
       await stopDevServer(config);
       await rm(config.stateDir, { recursive: true, force: true });
@@ -55,8 +66,8 @@ async function clusterBenchServer(): Promise<BenchServer> {
   // Readable by the `postgres` user, which runs PostgreSQL when this runs as root.
   await chmod(dir, 0o755);
   const port = BENCH_PORT + 100;
-  const script = (command: string) =>
-    promisify(execFile)(path.join(REPO_ROOT, 'scripts', 'temporal-cluster.sh'), [command], {
+  const script = (...args: string[]) =>
+    promisify(execFile)(path.join(REPO_ROOT, 'scripts', 'temporal-cluster.sh'), args, {
       env: { ...process.env, ROLLOUT_CLUSTER_PORT: String(port), ROLLOUT_CLUSTER_DIR: dir },
     });
   const { stdout } = await script('up');
@@ -71,6 +82,10 @@ async function clusterBenchServer(): Promise<BenchServer> {
     },
     // Tables and indexes of both databases (the write-ahead log is recycled and stays bounded).
     dataBytes: () => folderBytes(path.join(pgdata, 'base'), () => true),
+    restart: async () => {
+      await script('stop', 'temporal');
+      await script('up');
+    },
     stop: async () => {
       await script('down');
       await rm(dir, { recursive: true, force: true });
@@ -90,7 +105,7 @@ export async function scaleBenchmark(args: string[]): Promise<void> {
 
 async function measure(kind: ServerKind, trials: number): Promise<void> {
   console.error(`scale on the ${kind} server: starting it`);
-  const server = kind === 'dev' ? await devBenchServer() : await clusterBenchServer();
+  const server = await benchServer(kind);
   const { client, connection } = await connectClient({ address: server.address, namespace: 'default', uiUrl: null });
   await ensureSearchAttributes(connection, 'default');
   const name = `scale-${randomBytes(3).toString('hex')}`;
@@ -191,7 +206,7 @@ async function firstBuildStart(jobDir: string): Promise<number> {
 }
 
 /** Sums history events and bytes of every execution of the job (Job runs and Trials), from visibility. */
-async function historyTotals(client: Client, jobName: string) {
+export async function historyTotals(client: Client, jobName: string) {
   const totals = { events: 0, bytes: 0, trials: 0, trialEvents: 0 };
   for await (const execution of client.workflow.list({ query: `RolloutJob = "${jobName}"` })) {
     totals.events += execution.historyLength;
