@@ -1,6 +1,6 @@
 /**
  * Trials in Daytona sandboxes, through the official SDK (@daytonaio/sdk) configured from the worker's environment.
- * One sandbox per trial, created from the environment's snapshot (snapshots.ts) with its size, the trial's env and
+ * One sandbox per trial, created from the environment's snapshot (images.ts) with its size, the trial's env and
  * labels naming deployment, job and trial, and a Daytona-side lifetime derived from the trial's whole budget: a
  * sandbox whose worker died is deleted by Daytona soon after. Sandboxes are reached through the API from any worker.
  */
@@ -35,7 +35,7 @@ import { DaytonaClients, daytonaCall, ifFound, isUnusableSnapshot } from './clie
 import { SandboxExec } from './exec';
 import { sandboxFiles } from './files';
 import { daytonaSettings } from './settings';
-import { DaytonaSnapshots, sandboxSize } from './snapshots';
+import { DaytonaSnapshots, sandboxSize } from './images';
 import { FilesThroughTransfer } from '../kit/file-methods';
 
 /** How long start waits for a sandbox when the request sets no limit. */

@@ -1,6 +1,6 @@
 /**
  * Trials in E2B sandboxes (Firecracker microVMs), through E2B's SDK: templates built by E2B from the task's
- * Dockerfile (templates.ts), one sandbox per trial with a platform-side timeout from the trial's budget, commands and
+ * Dockerfile (images.ts), one sandbox per trial with a platform-side timeout from the trial's budget, commands and
  * files through the sandbox's daemon, envd. Sandboxes are reached through E2B's API from any worker with the
  * credentials, so handles (the sandbox id) are not bound to a host; each carries its deployment, job and trial in
  * its metadata, where removeTrial and the janitor find it.
@@ -37,7 +37,7 @@ import type { E2BSettings } from './settings';
 import { E2BSettingsSchema } from './settings';
 import { e2bSnapshots } from './snapshots';
 import { PREBUILT_TAG, jobTag, templateName } from './names';
-import { buildTemplate, releaseTemplate } from './templates';
+import { buildTemplate, releaseTemplate } from './images';
 import { FilesThroughTransfer } from '../kit/file-methods';
 
 /** E2B's longest sandbox timeout (its Pro plan's 24 h). */

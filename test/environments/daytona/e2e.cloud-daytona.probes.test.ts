@@ -13,7 +13,7 @@ import type { Sandbox } from '@daytonaio/sdk';
 import { Daytona, DaytonaError } from '@daytonaio/sdk';
 
 import { daytonaLastingQuota, daytonaQuotaMessage, isUnusableSnapshot } from '../../../src/environments/daytona/client';
-import { pulledImage } from '../../../src/environments/daytona/snapshots';
+import { pulledImage } from '../../../src/environments/daytona/images';
 import { KILL_ALL } from '../../../src/environments/trial-container';
 import { REAL_CLOUD } from '../../support/cloud-suite';
 import type { DaytonaStandIn } from './daytona-stand-in';

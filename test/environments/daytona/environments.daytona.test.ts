@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { checkDaytonaCredentials } from '../../../src/environments/daytona/credentials';
 import { DaytonaEnvironment } from '../../../src/environments/daytona';
-import { snapshotName, sandboxSize } from '../../../src/environments/daytona/snapshots';
+import { snapshotName, sandboxSize } from '../../../src/environments/daytona/images';
 import type { BuildRequest, StartRequest } from '../../../src/contracts/environment';
 import { TaskEnvironmentError } from '../../../src/contracts/environment';
 import { ProviderConfigError } from '../../../src/contracts/provider';
