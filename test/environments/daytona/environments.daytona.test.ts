@@ -11,6 +11,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import { io } from 'socket.io-client';
+
 import { checkDaytonaCredentials } from '../../../src/environments/daytona/credentials';
 import { DaytonaEnvironment } from '../../../src/environments/daytona';
 import { snapshotName, sandboxSize } from '../../../src/environments/daytona/images';
@@ -338,5 +340,31 @@ describe('daytona environment (stand-in of the Daytona API)', () => {
     const { handle: rebuilt } = await environment.start(startRequest('rebuilt'));
     await environment.remove(rebuilt);
     assert.deepEqual(await standIn.sandboxes(), []);
+  });
+
+  it("drives the SDK's default event transport: its Socket.IO connection, refused with another key", async () => {
+    // No DAYTONA_USE_DEPRECATED_POLLING: the SDK listened on the notification gateway while the tests above ran.
+    const { sockets, events } = standIn.notifications();
+    assert.ok(sockets >= 1, 'the SDK opened no notification socket');
+    assert.ok(events >= 1, 'no sandbox event reached a socket');
+    const api = new URL(standIn.env.DAYTONA_API_URL!);
+    const refused = await within(
+      30_000,
+      'a refused notification socket',
+      new Promise<string>((resolve) => {
+        const socket = io(api.origin, {
+          path: `${api.pathname}/socket.io/`,
+          transports: ['websocket'],
+          auth: { token: 'not-the-key' },
+          reconnection: false,
+        });
+        socket.on('connect', () => resolve('connected'));
+        socket.on('connect_error', (err) => {
+          socket.close();
+          resolve(err.message);
+        });
+      })
+    );
+    assert.equal(refused, 'Unauthorized');
   });
 });

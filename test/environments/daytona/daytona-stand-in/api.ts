@@ -103,6 +103,9 @@ export class DaytonaApi {
   failCreates = 0;
   limits: DaytonaLimits = { ...DEFAULT_LIMITS };
 
+  /** The notification gateway's emit (Socket.IO), told of every sandbox created and every state it moves to. */
+  notify: (event: 'sandbox.created' | 'sandbox.state.updated', payload: unknown) => void = () => undefined;
+
   constructor(
     private readonly runner: Runner,
     private readonly storage: ObjectStorage,
@@ -243,17 +246,17 @@ export class DaytonaApi {
     if (method === 'DELETE' && !action) {
       if (sandbox.containerId) await this.runner.remove(sandbox.containerId);
       this.sandboxes.delete(sandbox.dto.id);
-      sandbox.dto.state = 'destroyed';
+      this.moveTo(sandbox, 'destroyed');
       return json(response, 200, sandbox.dto);
     }
     if (method === 'POST' && action === 'stop' && sandbox.containerId) {
       await this.runner.stop(sandbox.containerId);
-      sandbox.dto.state = 'stopped';
+      this.moveTo(sandbox, 'stopped');
       return json(response, 200, sandbox.dto);
     }
     if (method === 'POST' && action === 'start' && sandbox.containerId) {
       await this.runner.startAgain(sandbox.containerId);
-      sandbox.dto.state = 'started';
+      this.moveTo(sandbox, 'started');
       return json(response, 200, sandbox.dto);
     }
     if (method === 'POST' && action === 'network-settings' && sandbox.containerId) {
@@ -465,11 +468,10 @@ export class DaytonaApi {
       const built = await this.build(request.buildInfo);
       if (!built.ok) {
         // The sandbox stays, failed: what Daytona shows for an image that does not build.
-        Object.assign(dto, resources, {
-          state: 'build_failed',
-          errorReason: built.log.trim().split('\n').slice(-20).join('\n'),
-        });
+        Object.assign(dto, resources, { errorReason: built.log.trim().split('\n').slice(-20).join('\n') });
         this.sandboxes.set(id, record);
+        this.notify('sandbox.created', { ...dto });
+        this.moveTo(record, 'build_failed');
         return json(response, 200, dto);
       }
       image = built.image;
@@ -478,6 +480,7 @@ export class DaytonaApi {
     }
     Object.assign(dto, resources);
     this.sandboxes.set(id, record);
+    this.notify('sandbox.created', { ...dto });
     record.containerId = await this.runner.start({
       image,
       sandboxId: id,
@@ -486,7 +489,15 @@ export class DaytonaApi {
       memoryGiB: resources.memory,
     });
     if (dto.networkBlockAll) await this.runner.setNetwork(record.containerId, false);
-    dto.state = 'started';
+    this.moveTo(record, 'started');
     return json(response, 200, dto);
+  }
+
+  /** A sandbox's state change, as the API's notification gateway tells the organization's sockets of it. */
+  private moveTo(record: SandboxRecord, state: string): void {
+    const oldState = record.dto.state;
+    record.dto.state = state;
+    record.dto.updatedAt = new Date().toISOString();
+    this.notify('sandbox.state.updated', { sandbox: { ...record.dto }, oldState, newState: state });
   }
 }
