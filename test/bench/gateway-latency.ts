@@ -7,7 +7,8 @@
  * upstream runs in its own process (as a vendor would); the gateway runs in this process, as in a worker, recording
  * every call to llm-calls.jsonl. Side by side: a trial with job.yaml `tokens: true` (the gateway asks for ids and
  * logprobs, strips them from the reply, records them) against a direct call that asks for them itself (the same
- * upstream work), so the second table is what `tokens: true` costs at the gateway.
+ * upstream work), next to the plain gateway (`tokens: false`) and the plain direct call, so the second table shows
+ * direct, `tokens: false` and `tokens: true` side by side from one run.
  */
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -95,7 +96,17 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
       ],
     ];
     const tokenRows = [
-      ['request', 'tokens: false, added p50 ms', 'tokens: true, added p50 ms', 'tokens: true, added p99 ms'],
+      [
+        'request',
+        'direct p50 ms',
+        'tokens: false p50 ms',
+        'tokens: false p99 ms',
+        'direct+ids p50 ms',
+        'tokens: true p50 ms',
+        'tokens: true p99 ms',
+        'added p50 ms, false',
+        'added p50 ms, true',
+      ],
     ];
     for (const stream of [false, true]) {
       const times = Object.fromEntries(names.map((name) => [name, [] as number[]])) as Record<
@@ -128,9 +139,14 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
       const t = stats(times.tokens);
       tokenRows.push([
         rows.at(-1)![0]!,
+        d.p50.toFixed(2),
+        g.p50.toFixed(2),
+        g.p99.toFixed(2),
+        ids.p50.toFixed(2),
+        t.p50.toFixed(2),
+        t.p99.toFixed(2),
         (g.p50 - d.p50).toFixed(2),
         (t.p50 - ids.p50).toFixed(2),
-        (t.p99 - ids.p99).toFixed(2),
       ]);
     }
     await plain.close();
@@ -139,7 +155,8 @@ export async function gatewayLatencyBenchmark(): Promise<void> {
     console.log(`gateway latency, ${CALLS} calls each way, interleaved (load average ${loadavg()[0]!.toFixed(1)}):`);
     console.log(table(rows));
     console.log(
-      'tokens: true (ids and logprobs asked, stripped, recorded) against a direct call asking for them itself:'
+      'tokens: false vs tokens: true (ids and logprobs asked, stripped, recorded), each against its direct call ' +
+        '(tokens: true against a direct call asking for the ids itself):'
     );
     console.log(table(tokenRows));
     const spent = (await readLedger(client, jobName))?.spent;
