@@ -6,7 +6,8 @@
 import { shapeCall } from './call-additions';
 import type { Json } from './dialect';
 import { dialectByName } from './dialects';
-import { UpstreamAgents, requestFor } from './upstream-agents';
+import { probeRequest } from './probe';
+import { UpstreamAgents } from './upstream-agents';
 import type { Upstream } from './upstreams';
 
 const PROBE_TIMEOUT_MS = 60_000;
@@ -82,23 +83,10 @@ function send(
     ? { 'content-type': 'application/json', 'content-length': String(payload.length) }
     : {};
   if (upstream.apiKey !== null) headers.authorization = `Bearer ${upstream.apiKey}`;
-  return new Promise((resolve, reject) => {
-    const request = requestFor(target)(target, {
-      method,
-      headers,
-      agent: agents.for(target),
-      timeout: PROBE_TIMEOUT_MS,
-    });
-    request.on('timeout', () => request.destroy(new Error(`no answer within ${PROBE_TIMEOUT_MS / 1000} s`)));
-    request.on('error', reject);
-    request.on('response', (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () =>
-        resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') })
-      );
-      response.on('error', reject);
-    });
-    request.end(payload ?? undefined);
+  return probeRequest(target, agents, {
+    method,
+    headers,
+    ...(payload ? { payload } : {}),
+    timeoutMs: PROBE_TIMEOUT_MS,
   });
 }

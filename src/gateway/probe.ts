@@ -25,21 +25,7 @@ export async function probeUpstream(vendor: Vendor, upstream: Upstream): Promise
   if (vendor === 'anthropic') headers['anthropic-version'] = '2023-06-01';
   const agents = new UpstreamAgents();
   try {
-    const status = await new Promise<number>((resolve, reject) => {
-      const request = requestFor(target)(target, {
-        method: 'GET',
-        headers,
-        agent: agents.for(target),
-        timeout: PROBE_TIMEOUT_MS,
-      });
-      request.on('timeout', () => request.destroy(new Error(`no answer within ${PROBE_TIMEOUT_MS / 1000} s`)));
-      request.on('error', reject);
-      request.on('response', (response) => {
-        response.resume();
-        resolve(response.statusCode ?? 0);
-      });
-      request.end();
-    });
+    const { status } = await probeRequest(target, agents, { method: 'GET', headers, timeoutMs: PROBE_TIMEOUT_MS });
     if (status === 401 || status === 403) return { ok: false, reason: 'rejected', detail: `HTTP ${status}` };
     return { ok: true, status };
   } catch (err) {
@@ -47,4 +33,27 @@ export async function probeUpstream(vendor: Vendor, upstream: Upstream): Promise
   } finally {
     agents.destroy();
   }
+}
+
+/** One request of a probe, bounded by `timeoutMs`: its status and whole body. */
+export function probeRequest(
+  target: URL,
+  agents: UpstreamAgents,
+  options: { method: string; headers: Record<string, string>; payload?: Buffer; timeoutMs: number }
+): Promise<{ status: number; body: string }> {
+  const { method, headers, payload, timeoutMs } = options;
+  return new Promise((resolve, reject) => {
+    const request = requestFor(target)(target, { method, headers, agent: agents.for(target), timeout: timeoutMs });
+    request.on('timeout', () => request.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)));
+    request.on('error', reject);
+    request.on('response', (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () =>
+        resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') })
+      );
+      response.on('error', reject);
+    });
+    request.end(payload);
+  });
 }
