@@ -151,6 +151,13 @@ async function chaosJob(jobName: string, vendor: string, options: ChaosOptions):
       `echo "$ROLLOUT_ROOT" >> ${ledgerFile}\n` +
       'if [ "$(cat answer.txt)" = ok ]; then echo 1; else echo 0; fi > "$ROLLOUT_LOGS_DIR/verifier/reward.txt"\n',
   });
+  // The agent's time limit (30 s in writeLocalJob's task) above its hold, however long that is.
+  const taskFile = path.join(path.dirname(jobFile), 'tasks', 'trivial', 'task.toml');
+  const task = await readFile(taskFile, 'utf8');
+  await writeFile(
+    taskFile,
+    task.replace('[agent]\ntimeout_sec = 30.0', `[agent]\ntimeout_sec = ${options.holdSec + 120}.0`)
+  );
   const text = await readFile(jobFile, 'utf8');
   const environment = [
     '  type: folder-sandbox',
