@@ -136,6 +136,7 @@ export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
     samples.stop();
     await Promise.all(workers.map(stopWorker));
     await rm(dir, { recursive: true, force: true });
+    await rm(path.dirname(jobFile), { recursive: true, force: true });
   }
 }
 
