@@ -55,9 +55,14 @@ describe('a job under chaos: worker kills, a server restart, rate-limit replies'
     assert.ok(report.rateLimitReplies > 0, `429 replies: ${report.rateLimitReplies}`);
   });
 
-  it('lost no trial: every one has its result, none an error', () => {
+  it('lost no trial: every one has its result, no error but a spent restart budget', () => {
     assert.equal(report.lost, 0);
-    assert.deepEqual(report.failures, []);
+    // A trial whose step three kills cut ends as an infrastructure error (its restart budget spent): recorded, not
+    // lost. Any other error is a fault.
+    assert.deepEqual(
+      report.failures.filter((failure) => !/InfrastructureError: .*\(after \d+ restarts\)/.test(failure)),
+      []
+    );
   });
 
   it('ran nothing twice: no verifier ran twice on a sandbox, no trial counted twice', () => {
