@@ -10,6 +10,8 @@ export interface ProcessStat {
   pid: number;
   /** The executable's name as the kernel keeps it (15 characters; npm sets its own, e.g. `npm exec rollou`). */
   comm: string;
+  /** R, S, D, …; Z once it has exited and its parent has not reaped it yet. */
+  state: string;
   ppid: number;
   startTime: string;
 }
@@ -29,7 +31,13 @@ export function readProcessStat(pid: number): ProcessStat | undefined {
   // `pid (comm) state ppid …`: comm may hold spaces and parentheses, so split after its last `)`.
   const close = text.lastIndexOf(')');
   const fields = text.slice(close + 2).split(' ');
-  return { pid, comm: text.slice(text.indexOf('(') + 1, close), ppid: Number(fields[1]), startTime: fields[19] ?? '' };
+  return {
+    pid,
+    comm: text.slice(text.indexOf('(') + 1, close),
+    state: fields[0] ?? '',
+    ppid: Number(fields[1]),
+    startTime: fields[19] ?? '',
+  };
 }
 
 /** This process's start time, to store beside its pid; undefined without /proc. */
@@ -49,6 +57,16 @@ export function isStillRunning(pid: number, startTime: string | undefined): bool
   }
   if (startTime === undefined || !HAS_PROC) return true;
   return readProcessStat(pid)?.startTime === startTime;
+}
+
+/** Whether `pid` has exited: gone, or a zombie its parent has not reaped yet. */
+export function hasExited(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return true;
+  }
+  return readProcessStat(pid)?.state === 'Z';
 }
 
 /** npm's child is a shell, the CLI the shell's child (or the shell itself, once it exec'd). */

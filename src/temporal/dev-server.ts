@@ -6,6 +6,7 @@ import path from 'node:path';
 
 import { ROLLOUT_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { ifPresent } from '../files/absent';
+import { hasExited } from '../process-identity';
 import { rolloutStateDir } from '../state-dir';
 
 /**
@@ -108,19 +109,38 @@ export async function ensureDevServer(config: DevServerConfig, timeoutMs = 60_00
   );
 }
 
-export async function stopDevServer(config: DevServerConfig): Promise<boolean> {
+/**
+ * Stops the dev server and waits for its process to end, not only its port: it closes the port before it has
+ * finished with its database, and a server started meanwhile would find the port open and not start at all (a
+ * loaded machine took longer than 10 s). A server that does not stop within `timeoutMs` is killed.
+ */
+export async function stopDevServer(config: DevServerConfig, timeoutMs = 30_000): Promise<boolean> {
   const status = await devServerStatus(config);
   if (!status.pid) return false;
+  const pid = status.pid;
   try {
-    process.kill(status.pid, 'SIGTERM');
+    process.kill(pid, 'SIGTERM');
   } catch {
     await rm(files(config).pid, { force: true });
     return false;
   }
-  for (let i = 0; i < 100 && (await portOpen(config.ip, config.port)); i++) {
-    await new Promise((resolve) => setTimeout(resolve, 100));
+  if (!(await exitedWithin(pid, timeoutMs))) {
+    console.error(
+      `warning: the Temporal dev server (pid ${pid}) did not stop within ${timeoutMs / 1000} s; killing it`
+    );
+    process.kill(pid, 'SIGKILL');
+    await exitedWithin(pid, 10_000);
   }
   await rm(files(config).pid, { force: true });
+  return true;
+}
+
+async function exitedWithin(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!hasExited(pid)) {
+    if (Date.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   return true;
 }
 

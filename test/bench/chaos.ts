@@ -64,8 +64,10 @@ function print(
   );
   console.log(
     `  chaos: ${r.kills} worker kills (SIGKILL), server restart took ${r.serverRestartSec.toFixed(1)} s, ` +
-      `${r.rateLimitReplies} of ${r.calls} vendor calls answered 429`
+      `${r.rateLimitReplies} of ${r.calls} vendor calls answered 429; ` +
+      `${r.workerCrashes.length} workers exited without being killed`
   );
+  for (const crash of r.workerCrashes) console.log(`    ${crash.split('\n')[0]}`);
   console.log(
     `  creates: ${r.creates}, ${r.createsPerSecond.toFixed(1)}/s; ${(finished / r.seconds).toFixed(1)} trials/s`
   );

@@ -65,6 +65,10 @@ describe('a job under chaos: worker kills, a server restart, rate-limit replies'
     );
   });
 
+  it('had no worker exit but those it killed', () => {
+    assert.deepEqual(report.workerCrashes, []);
+  });
+
   it('ran nothing twice: no verifier ran twice on a sandbox, no trial counted twice', () => {
     assert.equal(report.duplicated, 0);
   });

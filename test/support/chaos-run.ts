@@ -62,6 +62,8 @@ export interface ChaosReport {
   sandboxesLeftAtEnd: number;
   sandboxesLeft: number;
   kills: number;
+  /** Workers that exited without being killed, with the end of their stderr. */
+  workerCrashes: string[];
   serverRestartSec: number;
   creates: number;
   createsPerSecond: number;
@@ -76,6 +78,8 @@ export interface ChaosReport {
 interface WorkerProcess {
   hostId: string;
   child: ChildProcess;
+  /** The last 4,000 characters it wrote to stderr. */
+  stderr: () => string;
 }
 
 export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
@@ -95,7 +99,7 @@ export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
     TMPDIR: path.join(vendor, 'roots'),
   };
   const workers = await Promise.all(
-    Array.from({ length: options.workers }, (_, n) => startWorker(`chaos-${jobName}-${n}`, env))
+    Array.from({ length: options.workers }, (_, n) => startWorker(`chaos-${jobName}-${n}`, env, options.progress))
   );
   const samples = new Samples(workers);
   try {
@@ -125,6 +129,7 @@ export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
       sandboxesLeftAtEnd,
       sandboxesLeft: await held(vendor),
       kills: chaos.kills,
+      workerCrashes: chaos.crashes,
       serverRestartSec: chaos.restartSec,
       ...calls,
       orchestrationMs: { p50: quantile(trials.orchestrationMs, 0.5), p99: quantile(trials.orchestrationMs, 0.99) },
@@ -169,7 +174,25 @@ async function chaosJob(jobName: string, vendor: string, options: ChaosOptions):
   return jobFile;
 }
 
-function startWorker(hostId: string, env: NodeJS.ProcessEnv): Promise<WorkerProcess> {
+/**
+ * Starts a worker process as a supervisor would (systemd, a Kubernetes Deployment): one that exits before it is
+ * ready (the server it connects to just restarted, a loaded machine) is started again, a few times.
+ */
+async function startWorker(hostId: string, env: NodeJS.ProcessEnv, progress?: (line: string) => void) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startWorkerOnce(hostId, env);
+    } catch (err) {
+      if (attempt === WORKER_START_ATTEMPTS) throw err;
+      progress?.(`  worker ${hostId} did not start (${(err as Error).message.slice(-500)}); starting it again`);
+      await new Promise((resolve) => setTimeout(resolve, 2_000 * attempt));
+    }
+  }
+}
+
+const WORKER_START_ATTEMPTS = 5;
+
+async function startWorkerOnce(hostId: string, env: NodeJS.ProcessEnv): Promise<WorkerProcess> {
   const child = spawn(process.execPath, [WORKER], {
     env: { ...env, HOST_ID: hostId },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -178,23 +201,40 @@ function startWorker(hostId: string, env: NodeJS.ProcessEnv): Promise<WorkerProc
   child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)));
   const ready = new Promise<WorkerProcess>((resolve, reject) => {
     child.stdout.on('data', (chunk: Buffer) => {
-      if (chunk.toString().includes('ready')) resolve({ hostId, child });
+      if (chunk.toString().includes('ready')) resolve({ hostId, child, stderr: () => stderr });
     });
     child.on('exit', (code, signal) => reject(new Error(`worker ${hostId} exited ${code ?? signal}: ${stderr}`)));
   });
-  return within(120_000, `worker ${hostId} to start`, ready);
+  try {
+    return await within(120_000, `worker ${hostId} to start`, ready);
+  } catch (err) {
+    await kill(child);
+    throw err;
+  }
+}
+
+function exited(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+async function kill(child: ChildProcess): Promise<void> {
+  if (exited(child)) return;
+  const gone = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGKILL');
+  await gone;
 }
 
 async function stopWorker(worker: WorkerProcess): Promise<void> {
-  if (worker.child.exitCode !== null || worker.child.signalCode !== null) return;
-  const exited = new Promise((resolve) => worker.child.once('exit', resolve));
+  if (exited(worker.child)) return;
+  const gone = new Promise((resolve) => worker.child.once('exit', resolve));
   worker.child.kill('SIGTERM');
-  await within(60_000, `worker ${worker.hostId} to stop`, exited).catch(() => worker.child.kill('SIGKILL'));
+  await within(60_000, `worker ${worker.hostId} to stop`, gone).catch(() => kill(worker.child));
 }
 
 /** Kills a random worker every killEveryMs (restarting it), restarts the server once, and waits for the job. */
 class Chaos {
   kills = 0;
+  readonly crashes: string[] = [];
   restartSec = 0;
   private finished = 0;
 
@@ -230,13 +270,23 @@ class Chaos {
   }
 
   private async killOne(): Promise<void> {
+    await this.restartCrashed();
     const index = Math.floor(Math.random() * this.workers.length);
     const victim = this.workers[index]!;
-    const exited = new Promise((resolve) => victim.child.once('exit', resolve));
-    victim.child.kill('SIGKILL');
-    await exited;
+    await kill(victim.child);
     this.kills += 1;
-    this.workers[index] = await startWorker(victim.hostId, this.env);
+    this.workers[index] = await startWorker(victim.hostId, this.env, this.options.progress);
+  }
+
+  /** Workers that exited without being killed (a fault the report names) are started again, as a supervisor would. */
+  private async restartCrashed(): Promise<void> {
+    for (const [index, worker] of this.workers.entries()) {
+      if (!exited(worker.child)) continue;
+      const crash = `${worker.hostId} exited ${worker.child.exitCode ?? worker.child.signalCode}: ${worker.stderr()}`;
+      this.crashes.push(crash.slice(0, 1_000));
+      this.options.progress?.(`  worker ${crash}`);
+      this.workers[index] = await startWorker(worker.hostId, this.env, this.options.progress);
+    }
   }
 
   private async poll(): Promise<void> {
