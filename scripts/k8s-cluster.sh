@@ -13,6 +13,7 @@
 #   scripts/k8s-cluster.sh down      deletes the pods, stops what `up` started (by PID), unmounts its mounts, removes
 #                                    its bridge and its run state (the build and the PKI are kept)
 #   scripts/k8s-cluster.sh status    what runs, where; exit 1 unless all of it runs
+#   scripts/k8s-cluster.sh load <image>...  copies images of the local Docker engine into the running cluster
 #
 # Exit status 3: this machine cannot build the cluster (no Go, no Debian archive, not root); the reason is printed.
 #
@@ -255,8 +256,14 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  # Images of the local Docker engine into the running cluster's containerd (what `up` does with its images).
+  load)
+    [ $# -ge 2 ] || die "usage: $0 load <image>..."
+    images="${*:2}"
+    import_images
+    ;;
   *)
-    echo "usage: $0 build|up|down|status" >&2
+    echo "usage: $0 build|up|down|status|load <image>..." >&2
     exit 2
     ;;
 esac

@@ -54,23 +54,24 @@ async function stopLeftOver(): Promise<void> {
   await rm(PID_FILE, { force: true });
 }
 
-export async function startTestStore(): Promise<TestStore> {
+/** host: the address it serves on (a cluster's pods reach this host at the node's address, not 127.0.0.1). */
+export async function startTestStore(host = '127.0.0.1'): Promise<TestStore> {
   const binary = minioBinary();
   await access(binary).catch(() => {
     throw new Error(`no MinIO binary at ${binary}: run scripts/setup-tests.sh (it builds it with Go)`);
   });
   await stopLeftOver();
   await mkdir(STATE_DIR, { recursive: true });
-  const endpoint = `http://127.0.0.1:${MINIO_PORT}`;
+  const endpoint = `http://${host}:${MINIO_PORT}`;
   const child: ChildProcess = spawn(
     binary,
     [
       'server',
       path.join(STATE_DIR, 'data'),
       '--address',
-      `127.0.0.1:${MINIO_PORT}`,
+      `${host}:${MINIO_PORT}`,
       '--console-address',
-      `127.0.0.1:${MINIO_PORT + 1}`,
+      `${host}:${MINIO_PORT + 1}`,
       '--quiet',
     ],
     {
