@@ -13,8 +13,10 @@ WORKDIR /opt/rollout
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY . .
-# The workflow bundle goes into the image's cache, so a worker starts without bundling.
-RUN ROLLOUT_CACHE_DIR=/opt/rollout/cache npm run build && npm prune --omit=dev --ignore-scripts \
+# The workflow bundle ships beside the code (dist/workflow-bundles), so a worker starts without bundling; the cache
+# itself is the user's (~/.cache/rollout), writable where the root file system is read-only (deploy/kubernetes).
+RUN ROLLOUT_CACHE_DIR=/tmp/rollout-cache npm run build && mv /tmp/rollout-cache/workflow-bundles dist/ \
+    && rm -rf /tmp/rollout-cache && npm prune --omit=dev --ignore-scripts \
     && rm -rf test examples dist/test dist/examples .image
 
 FROM debian:bookworm-slim
@@ -24,7 +26,7 @@ COPY --from=build /opt/rollout /opt/rollout
 RUN ln -s /opt/rollout/bin/rollout.js /usr/local/bin/rollout \
     && groupadd --gid 10001 rollout && useradd --uid 10001 --gid rollout --create-home rollout \
     && mkdir -p /jobs && chown rollout:rollout /jobs
-ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt ROLLOUT_CACHE_DIR=/opt/rollout/cache NODE_ENV=production
+ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt NODE_ENV=production
 # Non-root by default (kubernetes and cloud providers need nothing more); the docker provider needs the Docker
 # socket: run with --group-add <the socket's group id>, or as root (docs/production.md).
 USER rollout

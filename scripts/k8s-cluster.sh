@@ -3,8 +3,11 @@
 # kube-controller-manager, kube-scheduler and kubelet built from the k8s.io/kubernetes Go module; etcd 3.5 and
 # containerd 1.7 (CRI) extracted from Debian trixie's packages, the CNI plugins from bookworm's; a pause image built
 # here. Nothing is installed and nothing of the host's is changed: a containerd of its own (own root, state and
-# sockets; Docker's containerd is not touched), every port on 127.0.0.1 (the kubelet on its own bridge's address), no
-# iptables rules, no kube-proxy, and a kubelet patched to leave the host's sysctls as they are (it only warns).
+# sockets; Docker's containerd is not touched), every port on 127.0.0.1 (the kubelet on its own bridge's address) but
+# kube-apiserver's, no iptables rules, no kube-proxy, and a kubelet patched to leave the host's sysctls as they are
+# (it only warns). kube-apiserver listens on every address (client certificates required, as kubeadm's does): with
+# no kube-proxy, pods that use the API in-cluster (Rollout's workers) reach it at the node's address, given as
+# KUBERNETES_SERVICE_HOST and _PORT.
 #
 #   scripts/k8s-cluster.sh build     builds once into $ROLLOUT_CACHE_DIR/kubernetes/<version>/ (minutes on 2 cores)
 #   scripts/k8s-cluster.sh up        builds if needed, starts everything, waits for the node; prints
@@ -19,7 +22,7 @@
 #
 # Environment:
 #   ROLLOUT_KUBERNETES_DIR        state folder (default $ROLLOUT_STATE_DIR/kubernetes or ~/.local/state/rollout/kubernetes)
-#   ROLLOUT_KUBERNETES_API_PORT   kube-apiserver's port on 127.0.0.1 (default 16443)
+#   ROLLOUT_KUBERNETES_API_PORT   kube-apiserver's port (default 16443)
 #   ROLLOUT_KUBERNETES_IMAGES     images copied from the local Docker engine into the cluster at `up`
 #                                 (default debian:bookworm-slim; pods use them with imagePullPolicy Never/IfNotPresent)
 #   ROLLOUT_CACHE_DIR             where builds are kept (default ~/.cache/rollout)
@@ -154,7 +157,7 @@ up() {
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
     --initial-cluster "rollout=http://127.0.0.1:$((etcd_port + 1))" --listen-metrics-urls "http://127.0.0.1:$((etcd_port + 2))"
-  start kube-apiserver --etcd-servers="http://127.0.0.1:$etcd_port" --bind-address=127.0.0.1 --secure-port="$api_port" \
+  start kube-apiserver --etcd-servers="http://127.0.0.1:$etcd_port" --bind-address=0.0.0.0 --secure-port="$api_port" \
     --advertise-address="$node_ip" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key="$pki/apiserver-kubelet-client.key" --kubelet-preferred-address-types=InternalIP \

@@ -1,7 +1,8 @@
 /**
  * The workflow code as a bundle, built once per content and kept in the host cache: a worker that bundled at start
  * (a second or two, more under load) would leave a just-submitted job waiting for its first workflow task.
- * `npm run build` builds it ahead; a worker whose compiled code changed since builds (and keeps) its own.
+ * `npm run build` builds it ahead; a worker whose compiled code changed since builds (and keeps) its own. An image
+ * ships it beside the code (dist/workflow-bundles), as the cache of a read-only file system would hide it.
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -12,6 +13,9 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 
 import { hostCacheDir } from '../src/host-cache';
 import { writeFileAtomic } from '../src/files/atomic';
+
+/** Bundles shipped beside the compiled code: the rollout image builds its own at build time (read-only at run time). */
+const SHIPPED_DIR = path.resolve(__dirname, '..', 'workflow-bundles');
 
 /** Compiled folders the workflows may import from (workflows/ imports types and pure helpers of src/). */
 const SOURCE_FOLDERS = ['workflows', 'src'];
@@ -27,7 +31,10 @@ export function workflowBundle(): Promise<{ codePath: string }> {
 
 async function findOrBuildBundle(): Promise<{ codePath: string }> {
   const workflowsPath = require.resolve('../workflows');
-  const file = path.join(hostCacheDir(), 'workflow-bundles', `${await codeDigest()}.js`);
+  const name = `${await codeDigest()}.js`;
+  const shipped = path.join(SHIPPED_DIR, name);
+  if (existsSync(shipped)) return { codePath: shipped };
+  const file = path.join(hostCacheDir(), 'workflow-bundles', name);
   if (!existsSync(file)) {
     const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietLogger });
     await writeFileAtomic(file, code);

@@ -3,6 +3,8 @@
  * readiness and Prometheus metrics for an orchestrator (src/metrics/server.ts). SIGTERM (or SIGINT) drains it: no new
  * trials, the ones it holds finish within `--shutdown-grace`, and what is left then is handed back to other workers.
  */
+import { constants } from 'node:os';
+
 import type { Client } from '@temporalio/client';
 import type { Command } from 'commander';
 import { InvalidArgumentError, Option } from 'commander';
@@ -89,6 +91,9 @@ export function addWorkerCommand(program: Command): void {
 
 /** `rollout worker`: metrics first (liveness while connecting), then the workers until they stop or drain. */
 async function runWorker(opts: WorkerFlags): Promise<void> {
+  // From the start: a pod deleted while its worker connects sends SIGTERM once, and a PID 1 ignores a signal it has
+  // no handler for (it would wait out the whole grace period).
+  const signals = drainOnSignals(opts.shutdownGrace);
   const config = await loadWorkerConfig(opts.config);
   const sdkPort = opts.metricsPort === undefined ? null : await freeLoopbackPort();
   const sdkMetrics = installQuietRuntime(opts.logLevel, {
@@ -126,7 +131,7 @@ async function runWorker(opts: WorkerFlags): Promise<void> {
     caps: workerCaps(config),
     shutdownGraceMs: opts.shutdownGrace * 1000,
   });
-  const drained = drainOnSignals(workers, opts.shutdownGrace);
+  const drained = signals.attach(workers);
   log.info(
     `worker ${workers.workerId}: serving ${opts.env.join(', ')} on ${endpoint.address} (max ${opts.maxTrials} trials)`
   );
@@ -143,18 +148,13 @@ async function closeAll(metrics: MetricsServer | null, connection: { close(): Pr
 /**
  * The first SIGTERM or SIGINT drains the worker within the grace period; a second one stops it at once (its held
  * trials' steps are cancelled and restart elsewhere, as after a crash but without waiting for a heartbeat timeout).
+ * One that comes while the worker still starts (connecting to Temporal) stops it at once: it holds nothing yet.
  */
-function drainOnSignals(workers: RunningWorkers, graceSec: number): () => Promise<void> {
+function drainOnSignals(graceSec: number): { attach(workers: RunningWorkers): () => Promise<void> } {
+  let running: RunningWorkers | null = null;
   let signalled = false;
   let drain: Promise<void> = Promise.resolve();
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (signalled) {
-      log.warn(`worker ${workers.workerId}: ${signal} again: stopping now`);
-      void workers.stop();
-      return;
-    }
-    signalled = true;
-    log.info(`worker ${workers.workerId}: ${signal}: draining (no new trials; up to ${graceSec} s for held ones)`);
+  const startDrain = (workers: RunningWorkers) => {
     drain = workers
       .drain(
         (trials) => log.info(`worker ${workers.workerId}: waiting for ${trials} held trial(s) to finish`),
@@ -168,8 +168,28 @@ function drainOnSignals(workers: RunningWorkers, graceSec: number): () => Promis
         } else log.info(`worker ${workers.workerId}: drained`);
       });
   };
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled && running) {
+      log.warn(`worker ${running.workerId}: ${signal} again: stopping now`);
+      void running.stop();
+      return;
+    }
+    signalled = true;
+    if (!running) {
+      // The exit status a shell reports for a process the signal ended.
+      log.info(`worker: ${signal} before it ran: stopping (it holds nothing yet)`);
+      process.exit(128 + constants.signals[signal]);
+    }
+    log.info(`worker ${running.workerId}: ${signal}: draining (no new trials; up to ${graceSec} s for held ones)`);
+    startDrain(running);
+  };
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, onSignal);
-  return () => drain;
+  return {
+    attach(workers) {
+      running = workers;
+      return () => drain;
+    },
+  };
 }
 
 /** Why the worker is not ready (null: ready): still connecting, draining, a worker not polling, Temporal not answering. */

@@ -36,7 +36,9 @@ export function installQuietRuntime(
     const wanted = fromWorkflow
       ? logEnabled(ours ? entryLevelOf(entry.level) : 'debug')
       : severity(entry.level) >= severity(temporal);
-    if (wanted) console.error(`${entry.level.toLowerCase()}: ${entry.message}${workflowOf(entry.meta)}`);
+    if (wanted) {
+      console.error(`${entry.level.toLowerCase()}: ${entry.message}${errorOf(entry.meta)}${workflowOf(entry.meta)}`);
+    }
   });
   try {
     Runtime.install({
@@ -62,6 +64,11 @@ function entryLevelOf(level: TemporalLogLevel): LogLevel {
       : level === 'WARN'
         ? 'warn'
         : 'error';
+}
+
+/** `: <error>` for a line that says what failed (a workflow's `log.warn(…, { error })`). */
+function errorOf(meta: Record<string, unknown> | undefined): string {
+  return typeof meta?.error === 'string' ? `: ${meta.error}` : '';
 }
 
 /** ` (workflow <id>)` for a workflow's log line. */

@@ -17,7 +17,7 @@ import { promisify } from 'node:util';
 
 import { LABEL_JOB } from '../../src/contracts/environment';
 import type { TrialResult } from '../../src/results/trial-result';
-import { startCli } from '../support/cli';
+import { runCli, startCli } from '../support/cli';
 import type { TestStore } from '../support/minio';
 import { startTestStore } from '../support/minio';
 import { sampleSum, scrape } from '../support/prometheus';
@@ -35,6 +35,7 @@ const JOB = `k8s-workers-${run}`;
 const TASKS = 4;
 const ATTEMPTS = 2;
 const METRICS_PORT = 9464;
+const API_PORT = process.env.ROLLOUT_KUBERNETES_API_PORT ?? '16443';
 const NODE = process.env.ROLLOUT_KUBERNETES_GATEWAY_HOST ?? '';
 /** The team's ROLLOUT_SECRET_KEY: the CLI signs the job's files with it, the workers check them. */
 const secretKey = Buffer.alloc(32, 9).toString('base64');
@@ -63,7 +64,14 @@ async function writeOverlay(dir: string, image: string, temporalPort: string): P
       {
         name: 'rollout-temporal',
         behavior: 'replace',
-        literals: [`TEMPORAL_ADDRESS=${NODE}:${temporalPort}`, 'TEMPORAL_NAMESPACE=default'],
+        literals: [
+          `TEMPORAL_ADDRESS=${NODE}:${temporalPort}`,
+          'TEMPORAL_NAMESPACE=default',
+          // This cluster has no kube-proxy (scripts/k8s-cluster.sh): the API server's service address routes nowhere,
+          // so in-cluster clients are given the node's (these override the kubelet's service variables).
+          `KUBERNETES_SERVICE_HOST=${NODE}`,
+          `KUBERNETES_SERVICE_PORT=${API_PORT}`,
+        ],
       },
     ],
     patches: [
@@ -106,6 +114,15 @@ async function workerPods(): Promise<WorkerPod[]> {
     .map((pod) => ({ name: pod.metadata.name, ip: pod.status.podIP! }));
 }
 
+/** The pods, and the workers' logs: what a failure shows. */
+async function clusterState(): Promise<string> {
+  const pods = await kubectl('get', 'pods', '-o', 'wide').catch((err: Error) => err.message);
+  const logs = await kubectl('logs', '-l', 'app=rollout-worker', '--tail=60', '--prefix').catch(
+    (err: Error) => err.message
+  );
+  return `pods:\n${pods}\nworker logs:\n${logs}`;
+}
+
 const metricsOf = (pod: WorkerPod) => scrape(`http://${pod.ip}:${METRICS_PORT}/metrics`);
 
 const skip = !ON_CLUSTER
@@ -120,6 +137,7 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
   let store: TestStore;
   let dir: string;
   let temporal: Record<string, string>;
+  let cli: ReturnType<typeof startCli> | undefined;
 
   before(async () => {
     const started = Date.now();
@@ -154,7 +172,17 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
   });
 
   after(async () => {
-    // Bounded: the workers drain (nothing left to hold), the namespace goes with every pod in it.
+    // A job a failed test left running: cancelled, so its trials end and the workers have nothing to drain.
+    if (cli && cli.exitCode === null) {
+      cli.kill('SIGKILL');
+      const cancel = await runCli(['cancel', JOB], { cwd: dir, env: { ...temporal, ...store.env } });
+      console.log(`# rollout cancel ${JOB}: exit ${cancel.code} ${cancel.stderr.trim()}`);
+    }
+    // Bounded: no worker left to drain (its grace period would hold the namespace Terminating), then the namespace
+    // goes with every pod in it.
+    await kubectl('scale', 'deployment/rollout-worker', '--replicas=0').catch((err: Error) =>
+      console.log(`# workers not scaled down: ${err.message}`)
+    );
     await exec('kubectl', ['delete', 'namespace', NAMESPACE, '--timeout=170s'], { timeout: 180_000 }).catch((err) =>
       console.log(`# namespace ${NAMESPACE} not deleted: ${(err as Error).message}`)
     );
@@ -166,7 +194,7 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
 
   it('runs a --no-worker job on two worker replicas; one deleted mid-job: every trial once, no pod left', async () => {
     await writeTasks(dir);
-    const job = [
+    const jobYaml = [
       `name: ${JOB}`,
       `jobs_dir: s3://${BUCKET}/jobs`,
       `n_attempts: ${ATTEMPTS}`,
@@ -181,9 +209,13 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
       '  - path: tasks',
       '',
     ];
-    await writeFile(path.join(dir, 'job.yaml'), job.join('\n'));
+    await writeFile(path.join(dir, 'job.yaml'), jobYaml.join('\n'));
     const env = { ...temporal, ...store.env, ROLLOUT_SECRET_KEY: secretKey };
-    const cli = startCli(['job.yaml', '--no-worker'], { cwd: dir, env });
+    const job = startCli(['job.yaml', '--no-worker'], { cwd: dir, env });
+    cli = job;
+    let cliOutput = '';
+    job.stdout?.on('data', (chunk: Buffer) => (cliOutput = (cliOutput + chunk.toString()).slice(-8000)));
+    job.stderr?.on('data', (chunk: Buffer) => (cliOutput = (cliOutput + chunk.toString()).slice(-8000)));
 
     // Mid-job: a worker holding trial pods is deleted (SIGTERM, its grace period: it drains).
     let victim: WorkerPod | undefined;
@@ -193,15 +225,21 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
         for (const pod of await workerPods()) {
           if (sampleSum(await metricsOf(pod), 'rollout_sandboxes_held') > 0) victim = pod;
         }
-        return victim !== undefined || cli.exitCode !== null;
+        return victim !== undefined || job.exitCode !== null;
       },
       300_000
-    );
-    assert.ok(victim, `no worker held a trial pod before the CLI ended (exit ${cli.exitCode})`);
+    ).catch(async (err: Error) => {
+      throw new Error(`${err.message}\nCLI:\n${cliOutput}\n${await clusterState()}`);
+    });
+    if (!victim) {
+      assert.fail(
+        `no worker held a trial pod before the CLI ended (exit ${job.exitCode}):\n${cliOutput}\n${await clusterState()}`
+      );
+    }
     await kubectl('delete', 'pod', victim.name, '--wait=false');
 
-    const result = await within(15 * 60_000, 'the job', cli.output);
-    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const result = await within(15 * 60_000, 'the job', job.output);
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}\n${await clusterState()}`);
     const prefix = `jobs/${JOB}/`;
     const folders = await trialFolders(store, BUCKET, prefix);
     assert.equal(folders.size, TASKS * ATTEMPTS, [...folders.keys()].join(', '));
@@ -211,7 +249,9 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
       assert.deepEqual(trialResult.rewards, { reward: 1 }, `${trial}: ${JSON.stringify(trialResult.error)}`);
       const log = await readObject(store, BUCKET, `${prefix}${trial}/trial.log`);
       assert.equal(log.match(/running agent echo/g)?.length, 1, `${trial} ran its agent once:\n${log}`);
-      hosts.set(trialResult.host, (hosts.get(trialResult.host) ?? 0) + 1);
+      // The host is the worker's queue, `rollout-kubernetes@<its host id>`: the pod's name (deploy/kubernetes).
+      const pod = trialResult.host?.split('@').pop() ?? null;
+      hosts.set(pod, (hosts.get(pod) ?? 0) + 1);
     }
     assert.ok(hosts.has(victim.name), `the deleted worker finished what it held: ${[...hosts.keys()].join(', ')}`);
     const left = JSON.parse(await kubectl('get', 'pods', '-l', `${LABEL_JOB}=${JOB}`, '-o', 'json')) as {

@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFile, readdir, writeFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -156,5 +158,26 @@ describe('rollout worker: metrics and drain', () => {
     for (const result of handedBack) assert.ok(onSecond.includes(result), `${result.trial_name} restarted elsewhere`);
     // A trial whose last step ended within the stopping worker's few seconds kept its result there.
     for (const result of all.filter((r) => r.host?.includes(first.hostId))) assert.equal(result.restarts, 0);
+  });
+
+  it('a SIGTERM while the worker still connects stops it at once (a PID 1 would otherwise wait out its grace)', async () => {
+    // A Temporal address that accepts connections and never answers: the worker stays in its start.
+    const silent = createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    try {
+      const port = await freeLoopbackPort();
+      const args = ['worker', '--metrics-port', String(port), '--shutdown-grace', '600'];
+      const worker = startCli(args, { cwd: await workspace(), env: { TEMPORAL_ADDRESS: address } });
+      started.push(worker);
+      await waitFor('the worker live', async () => (await status(`http://127.0.0.1:${port}/healthz`)) === 200, 60_000);
+      assert.notEqual(await status(`http://127.0.0.1:${port}/readyz`), 200, 'not ready while it connects');
+      worker.kill('SIGTERM');
+      const { code, stderr } = await within(30_000, 'the worker to stop', worker.output);
+      assert.equal(code, 143, stderr);
+      assert.match(stderr, /SIGTERM before it ran: stopping/);
+    } finally {
+      silent.close();
+    }
   });
 });

@@ -72,7 +72,9 @@ export async function trialWorkflow(spec: TrialSpec): Promise<TrialSummary> {
         break;
       }
       state.restarts += 1;
-      log.warn(`trial ${spec.trialName}: ${outcome.restart.type} in ${outcome.restart.step}, restarting`);
+      log.warn(`trial ${spec.trialName}: ${outcome.restart.type} in ${outcome.restart.step}, restarting`, {
+        error: outcome.restart.message,
+      });
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
