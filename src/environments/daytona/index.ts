@@ -65,11 +65,17 @@ export class DaytonaEnvironment extends FilesThroughTransfer implements Environm
     this.snapshots = this.images.installSnapshots();
   }
 
-  /** The API answers these credentials (one list call). */
+  /** The API answers these credentials (one list call; its rate-limit reply is waited out, as every call's is). */
   async ping(): Promise<void> {
     const client = this.clients.client();
+    const labels = { [LABEL_DEPLOYMENT]: this.owner.deployment };
     try {
-      for await (const _ of client.list({ labels: { [LABEL_DEPLOYMENT]: this.owner.deployment }, limit: 1 })) break;
+      await daytonaCall(
+        async () => {
+          for await (const _ of client.list({ labels, limit: 1 })) break;
+        },
+        { maxWaitMs: this.quotaWaitMs }
+      );
     } catch (err) {
       throw new Error(
         `Daytona API unreachable at ${process.env.DAYTONA_API_URL ?? 'app.daytona.io'}: ${(err as Error).message}`,

@@ -67,11 +67,13 @@ export class E2BEnvironment extends FilesThroughTransfer implements Environment 
     this.snapshots = e2bSnapshots(this.quotaWaitMs);
   }
 
+  /** The API answers these credentials (one list call; its rate-limit reply is waited out, as every call's is). */
   async ping(): Promise<void> {
+    const query = { metadata: { [LABEL_DEPLOYMENT]: this.owner.deployment } };
     try {
-      await sdk()
-        .Sandbox.list({ limit: 1, query: { metadata: { [LABEL_DEPLOYMENT]: this.owner.deployment } } })
-        .nextItems();
+      await withE2BQuota('checking the API', this.quotaWaitMs, () =>
+        sdk().Sandbox.list({ limit: 1, query }).nextItems()
+      );
     } catch (err) {
       throw new Error(`E2B API unreachable: ${(err as Error).message}`, { cause: err });
     }

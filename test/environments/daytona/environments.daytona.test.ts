@@ -302,6 +302,17 @@ describe('daytona environment (stand-in of the Daytona API)', () => {
     assert.deepEqual(await standIn.sandboxes(), []);
   });
 
+  it('checks the API through its rate-limit reply (the preflight waits it out, as every call does)', async () => {
+    standIn.setFaults({ rate: 1 });
+    const passing = environment.ping();
+    setTimeout(() => standIn.setFaults({ rate: 0 }), 200);
+    await passing;
+    standIn.setFaults({ rate: 1 });
+    const err = await failure(environment.ping());
+    standIn.setFaults({ rate: 0 });
+    assert.match(String(err), /Daytona API unreachable at .*quota or rate limit, still refused after waiting/);
+  });
+
   it("waits on Daytona's quota reply with backoff, then fails as infrastructure with the vendor's message", async () => {
     standIn.failNextCreates(1);
     const { handle } = await environment.start(startRequest('quota-once'));
