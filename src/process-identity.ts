@@ -61,12 +61,7 @@ export function isStillRunning(pid: number, startTime: string | undefined): bool
 
 /** Whether `pid` has exited: gone, or a zombie its parent has not reaped yet. */
 export function hasExited(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return true;
-  }
-  return readProcessStat(pid)?.state === 'Z';
+  return !isStillRunning(pid, undefined) || readProcessStat(pid)?.state === 'Z';
 }
 
 /** npm's child is a shell, the CLI the shell's child (or the shell itself, once it exec'd). */

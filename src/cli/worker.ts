@@ -154,7 +154,19 @@ function drainOnSignals(graceSec: number): { attach(workers: RunningWorkers): ()
   let running: RunningWorkers | null = null;
   let signalled = false;
   let drain: Promise<void> = Promise.resolve();
-  const startDrain = (workers: RunningWorkers) => {
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (!running) {
+      log.info(`worker: ${signal} before it ran: stopping (it holds nothing yet)`);
+      process.exit(128 + constants.signals[signal]); // the status a shell reports for a process the signal ended
+    }
+    const workers = running;
+    if (signalled) {
+      log.warn(`worker ${workers.workerId}: ${signal} again: stopping now`);
+      void workers.stop();
+      return;
+    }
+    signalled = true;
+    log.info(`worker ${workers.workerId}: ${signal}: draining (no new trials; up to ${graceSec} s for held ones)`);
     drain = workers
       .drain(
         (trials) => log.info(`worker ${workers.workerId}: waiting for ${trials} held trial(s) to finish`),
@@ -167,21 +179,6 @@ function drainOnSignals(graceSec: number): { attach(workers: RunningWorkers): ()
           );
         } else log.info(`worker ${workers.workerId}: drained`);
       });
-  };
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (signalled && running) {
-      log.warn(`worker ${running.workerId}: ${signal} again: stopping now`);
-      void running.stop();
-      return;
-    }
-    signalled = true;
-    if (!running) {
-      // The exit status a shell reports for a process the signal ended.
-      log.info(`worker: ${signal} before it ran: stopping (it holds nothing yet)`);
-      process.exit(128 + constants.signals[signal]);
-    }
-    log.info(`worker ${running.workerId}: ${signal}: draining (no new trials; up to ${graceSec} s for held ones)`);
-    startDrain(running);
   };
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, onSignal);
   return {

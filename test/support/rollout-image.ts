@@ -5,7 +5,8 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { access, mkdir, readdir, rename, rm } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
@@ -28,12 +29,6 @@ async function inputsHash(): Promise<string> {
   return hash.digest('hex').slice(0, 16);
 }
 
-const exists = (file: string) =>
-  access(file).then(
-    () => true,
-    () => false
-  );
-
 export interface RolloutImage {
   tag: string;
   /** How it came: already in Docker, loaded from the cache, or built (with build-image.sh's size and time line). */
@@ -50,7 +45,7 @@ export async function rolloutImage(): Promise<RolloutImage> {
     () => false
   );
   if (inDocker) return { tag, how: 'in Docker' };
-  if (await exists(saved)) {
+  if (existsSync(saved)) {
     await run('docker', ['load', '-q', '-i', saved], options);
     return { tag, how: `loaded from ${saved}` };
   }
