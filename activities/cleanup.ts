@@ -3,6 +3,7 @@ import { sandboxRemoved } from '../src/metrics/rollout-metrics';
 import type { TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
+import { sandboxRecordState } from '../src/results/sandbox-record';
 import { log } from './secrets';
 import { removeRecordedSandboxes } from './sandbox-record';
 
@@ -20,7 +21,9 @@ export function cleanupEnvironment(deps: ActivityDeps) {
     try {
       const environment = deps.environment(spec.environmentType);
       const removed = await heartbeating(async () => {
-        const labelled = await environment.removeTrial(spec.trialId, spec.environmentSettings);
+        // A record that accounts for every sandbox (each removed by its stop) needs no listing, an API call.
+        const settled = environment.stopRemoves && (await sandboxRecordState(spec.jobDir, spec.trialName)).settled;
+        const labelled = settled ? 0 : await environment.removeTrial(spec.trialId, spec.environmentSettings);
         // What an attempt on another host left (on a Docker daemon it shares, or a cloud listing had not shown yet):
         // by its recorded id. This host's own went by their labels just now.
         const elsewhere = await removeRecordedSandboxes(

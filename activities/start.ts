@@ -24,6 +24,7 @@ import { containerCaBundle, containerEnv, installSnapshotKey } from './agent-run
 import type { ActivityDeps } from './context';
 import { heartbeating, loadTrialTask, taskFailure } from './context';
 import { log } from './secrets';
+import { sandboxRecordState } from '../src/results/sandbox-record';
 import { recordedCreation, removeRecordedSandboxes } from './sandbox-record';
 
 export interface StartInput {
@@ -69,6 +70,7 @@ export function startEnvironment(deps: ActivityDeps) {
           signal,
         };
         // What an earlier attempt created (on any host) goes first; this one's sandbox is recorded as it is made.
+        const { empty: firstCreation } = await sandboxRecordState(spec.jobDir, spec.trialName);
         await removeRecordedSandboxes(environment, spec, 'start');
         const result = await deps.creation.create(creation, () =>
           recordedCreation(spec, deps.hostId, () =>
@@ -91,6 +93,7 @@ export function startEnvironment(deps: ActivityDeps) {
               setup: ca?.setup,
               settings: spec.environmentSettings,
               budgetSec: trialBudgetSec(spec),
+              firstCreation,
               timeoutMs: Math.max(START_MARGIN_MS, spec.timeouts.start * 1000 - START_MARGIN_MS),
               signal,
             })

@@ -1,4 +1,5 @@
 import { sandboxRemoved } from '../src/metrics/rollout-metrics';
+import { recordSandbox } from '../src/results/sandbox-record';
 import type { EnvironmentHandle, TrialSpec } from '../src/contracts/trial';
 import type { ActivityDeps } from './context';
 import { heartbeating } from './context';
@@ -14,5 +15,7 @@ export function stopEnvironment(deps: ActivityDeps) {
     const environment = deps.environment(spec.environmentType);
     await heartbeating(() => environment.stop(handle));
     sandboxRemoved(spec.environmentType, spec.trialId, !environment.hostBound);
+    // Recorded, so that clean-up knows the sandbox is gone and need not list the trial's by their labels.
+    if (environment.stopRemoves) await recordSandbox(spec.jobDir, spec.trialName, { event: 'removed', id: handle.id });
   };
 }

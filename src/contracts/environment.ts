@@ -159,6 +159,11 @@ export interface StartRequest {
   budgetSec?: number;
   /** How long start may wait for the environment to be up (a pod to be scheduled and pulled). */
   timeoutMs?: number;
+  /**
+   * True when the trial's sandbox record shows that no creation was ever begun for it (no earlier attempt, on any
+   * host): a provider that lists what an earlier attempt left before creating may skip that list, an API call.
+   */
+  firstCreation?: boolean;
   signal?: AbortSignal;
 }
 
@@ -287,6 +292,11 @@ export interface Environment {
     budget?: CollectBudget
   ): Promise<boolean>;
   stop(handle: EnvironmentHandle): Promise<void>;
+  /**
+   * True when stop() removes the environment (a cloud sandbox: a stopped one is still billed): the trial's sandbox
+   * record then says it is gone, and clean-up need not list the trial's sandboxes again.
+   */
+  readonly stopRemoves?: boolean;
   /**
    * Stops the environment but keeps it (Harbor's stop_service of main): nothing runs in it any more, and files can
    * still be copied in and out until stop() or remove(). Optional: an environment without it is left running.

@@ -46,27 +46,59 @@ export async function recordSandbox(jobDir: string, trialName: string, line: New
   await appendFile(file, `${JSON.stringify({ ...line, at: new Date().toISOString() })}\n`);
 }
 
+/** What a trial's record says: what was created and not removed, and whether every sandbox is accounted for. */
+export interface SandboxRecordState {
+  /** Created and not removed, oldest first. */
+  live: RecordedSandbox[];
+  /** No line at all: no creation was ever begun for the trial. */
+  empty: boolean;
+  /**
+   * Every creation begun has its id and every created sandbox was removed, and no line was cut short: nothing of the
+   * trial's is left that only a listing by its labels would find.
+   */
+  settled: boolean;
+}
+
 /**
- * The sandboxes the trial's record says were created and not removed, oldest first. No record: none. A line that is
- * not one of ours (a write cut short by a crash) is skipped: the labels still find what it was about.
+ * The trial's record read. No record: empty and settled. A line that is not one of ours (a write cut short by a
+ * crash) is skipped, and the record is not settled: the labels still find what it was about.
  */
-export async function recordedSandboxes(jobDir: string, trialName: string): Promise<RecordedSandbox[]> {
+export async function sandboxRecordState(jobDir: string, trialName: string): Promise<SandboxRecordState> {
   let text: string;
   try {
     text = await readFile(recordFile(jobDir, trialName), 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { live: [], empty: true, settled: true };
     throw err;
   }
   const live = new Map<string, RecordedSandbox>();
-  for (const raw of text.split('\n')) {
-    const parsed = raw ? RecordLine.safeParse(safeJson(raw)) : null;
-    if (!parsed?.success) continue;
+  let unnamedCreations = 0;
+  let cutShort = false;
+  const lines = text.split('\n').filter((raw) => raw !== '');
+  for (const raw of lines) {
+    const parsed = RecordLine.safeParse(safeJson(raw));
+    if (!parsed.success) {
+      cutShort = true;
+      continue;
+    }
     const line = parsed.data;
-    if (line.event === 'created') live.set(line.id, { id: line.id, host: line.host });
+    if (line.event === 'creating') unnamedCreations += 1;
+    if (line.event === 'created') {
+      unnamedCreations -= 1;
+      live.set(line.id, { id: line.id, host: line.host });
+    }
     if (line.event === 'removed') live.delete(line.id);
   }
-  return [...live.values()];
+  return {
+    live: [...live.values()],
+    empty: lines.length === 0,
+    settled: !cutShort && unnamedCreations <= 0 && live.size === 0,
+  };
+}
+
+/** The sandboxes the trial's record says were created and not removed, oldest first (see sandboxRecordState). */
+export async function recordedSandboxes(jobDir: string, trialName: string): Promise<RecordedSandbox[]> {
+  return (await sandboxRecordState(jobDir, trialName)).live;
 }
 
 function safeJson(text: string): unknown {

@@ -19,7 +19,7 @@ import { buildJobResult } from '../../src/results/job-result';
 import { emptyStats } from '../../src/results/job-stats';
 import { writeLocalJob } from '../support/local-job';
 import { startTrialRun } from '../../src/results/earlier-runs';
-import { recordSandbox, recordedSandboxes } from '../../src/results/sandbox-record';
+import { recordSandbox, recordedSandboxes, sandboxRecordState } from '../../src/results/sandbox-record';
 import { appendFile, writeFile } from 'node:fs/promises';
 
 function jobResult(updatedAt: string, finished: number): JobResult {
@@ -114,6 +114,29 @@ describe('results on disk', () => {
     await assert.rejects(readFile(path.join(trialDir, 'trial.log')), { code: 'ENOENT' });
     assert.deepEqual(await recordedSandboxes(jobDir, 't1'), [{ id: 'bbb', host: 'h2' }]);
     assert.deepEqual(await recordedSandboxes(jobDir, 'never-ran'), []);
+    await rm(jobDir, { recursive: true });
+  });
+
+  it('says when a record accounts for every sandbox, so that no listing by labels is needed', async () => {
+    const jobDir = await mkdtemp(path.join(tmpdir(), 'rollout-record-'));
+    const state = (trial: string) => sandboxRecordState(jobDir, trial);
+    assert.deepEqual(await state('never-ran'), { live: [], empty: true, settled: true });
+    const creating = { event: 'creating', host: 'h1', labels: { 'rollout.trial': 'x' } } as const;
+    // Created and removed: settled.
+    await recordSandbox(jobDir, 'done', creating);
+    await recordSandbox(jobDir, 'done', { event: 'created', host: 'h1', id: 'aaa' });
+    assert.deepEqual(await state('done'), { live: [{ id: 'aaa', host: 'h1' }], empty: false, settled: false });
+    await recordSandbox(jobDir, 'done', { event: 'removed', id: 'aaa' });
+    assert.deepEqual(await state('done'), { live: [], empty: false, settled: true });
+    // A creation begun whose id never came back (a worker killed during the call): only its labels find it.
+    await recordSandbox(jobDir, 'cut', creating);
+    assert.deepEqual(await state('cut'), { live: [], empty: false, settled: false });
+    // A line cut short by a crash: it may have been anything.
+    await recordSandbox(jobDir, 'torn', creating);
+    await recordSandbox(jobDir, 'torn', { event: 'created', host: 'h1', id: 'bbb' });
+    await recordSandbox(jobDir, 'torn', { event: 'removed', id: 'bbb' });
+    await appendFile(path.join(jobFiles.trialDir(jobDir, 'torn'), 'sandboxes.jsonl'), '{"event":"crea');
+    assert.equal((await state('torn')).settled, false);
     await rm(jobDir, { recursive: true });
   });
 });

@@ -44,6 +44,7 @@ const DEFAULT_START_TIMEOUT_MS = 10 * 60_000;
 export class DaytonaEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'daytona';
   readonly hostBound = false;
+  readonly stopRemoves = true;
   // A snapshot fixes its sandboxes' CPUs, memory and disk.
   readonly imagesBySize = true;
   readonly killAllCommand = KILL_ALL;
@@ -104,12 +105,15 @@ export class DaytonaEnvironment extends FilesThroughTransfer implements Environm
     const size = sandboxSize(request.resources, request.gpus);
     const client = this.clients.client(settings.target);
     const timeout = Math.ceil((request.timeoutMs ?? DEFAULT_START_TIMEOUT_MS) / 1000);
+    // Nothing to list before the first try when no creation was ever begun for the trial.
+    let listFirst = request.firstCreation !== true;
     const create = () =>
       daytonaCall(
         async () => {
           // What an earlier, crashed attempt left (all of the trial's sandboxes, or only its separate verifier's),
           // or a creation that a rate limit cut off while it waited for the sandbox to start.
-          await this.removeTrial(request.trialId, request.settings, request.role);
+          if (listFirst) await this.removeTrial(request.trialId, request.settings, request.role);
+          listFirst = true;
           return client.create(
             {
               snapshot: request.image,

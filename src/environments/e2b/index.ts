@@ -46,6 +46,7 @@ const MAX_TIMEOUT_SEC = 24 * 3600;
 export class E2BEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'e2b';
   readonly hostBound = false;
+  readonly stopRemoves = true;
   readonly killAllCommand = E2B_KILL_ALL;
   readonly snapshots: InstallSnapshots;
   private readonly owner: EnvironmentOwner;
@@ -102,8 +103,8 @@ export class E2BEnvironment extends FilesThroughTransfer implements Environment 
 
   async start(request: StartRequest): Promise<StartResult> {
     const settings = settingsOf(request.settings);
-    // What an earlier, crashed attempt left.
-    await this.removeTrial(request.trialId, request.settings);
+    // What an earlier, crashed attempt left (none when no creation was ever begun for the trial).
+    if (!request.firstCreation) await this.removeTrial(request.trialId, request.settings);
     const { Sandbox } = sdk();
     const timeoutSec = Math.min(MAX_TIMEOUT_SEC, sandboxLifetimeSec(request.budgetSec));
     const create = (lifetimeSec: number) =>

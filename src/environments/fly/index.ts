@@ -40,6 +40,7 @@ const WORKDIR_FILE = '/tmp/.rollout-workdir';
 export class FlyEnvironment implements Environment {
   readonly type = 'fly';
   readonly hostBound = false;
+  readonly stopRemoves = true;
   readonly killAllCommand = FLY_KILL_ALL;
   private readonly images: RegistryImages;
   private readonly execs: MachineExec;
@@ -79,8 +80,8 @@ export class FlyEnvironment implements Environment {
     const app = appOf(settings);
     this.apps.add(app);
     const { guest, warning } = guestOf(request, settings);
-    // What an earlier, crashed attempt left.
-    await this.removeTrial(request.trialId, settings);
+    // What an earlier, crashed attempt left (none when no creation was ever begun for the trial).
+    if (!request.firstCreation) await this.removeTrial(request.trialId, settings);
     const lifetimeSec = sandboxLifetimeSec(request.budgetSec);
     const config: FlyMachineConfig = {
       image: request.image,

@@ -7,8 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
-import { PassThrough, Writable } from 'node:stream';
+import { PassThrough, Readable, Writable } from 'node:stream';
 
 import { shellQuote } from '../../shell';
 import type { EnvironmentHandle } from '../../contracts/trial';
@@ -47,6 +46,51 @@ function scratchArchive(): string {
 function extractScript(dirs: readonly string[], file?: string): string {
   const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
   return file ? `{ ${made}tar -xmf ${file} -C / ; s=$?; rm -f ${file}; [ $s -eq 0 ]; }` : `${made}tar -xmf - -C /`;
+}
+
+/**
+ * The largest archive put inside a command: 64 KiB once in base64, well under Linux's 128 KiB for one argument
+ * (envd runs `bash -l -c <command>`, Daytona's toolbox `sh -c`).
+ */
+const INLINE_ARCHIVE_BYTES = 48 * 1024;
+/** The inline extraction's exit status, and the line it prints, where the sandbox has no `base64`: staged instead. */
+const NO_BASE64 = 97;
+const NO_BASE64_LINE = 'rollout: no base64 in the sandbox';
+
+/**
+ * The archive's bytes when it is small enough to go inline (else null), and the whole archive as a stream either
+ * way: what was read first, then the rest.
+ */
+async function inlineable(archive: Readable): Promise<{ small: Buffer | null; whole: Readable }> {
+  // Read by hand: leaving a `for await` loop early would destroy the stream the staged path still needs.
+  const chunks = archive[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const read: Buffer[] = [];
+  let size = 0;
+  for (let next = await chunks.next(); !next.done; next = await chunks.next()) {
+    read.push(next.value);
+    size += next.value.length;
+    if (size > INLINE_ARCHIVE_BYTES) {
+      async function* whole() {
+        yield* read;
+        for (let more = await chunks.next(); !more.done; more = await chunks.next()) yield more.value;
+      }
+      return { small: null, whole: Readable.from(whole()) };
+    }
+  }
+  return { small: Buffer.concat(read), whole: Readable.from(read) };
+}
+
+/** extractScript's for an archive carried in the command itself, in base64. */
+function inlineExtractScript(dirs: readonly string[], archive: Buffer): string {
+  const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
+  return (
+    `{ command -v base64 >/dev/null 2>&1 || { echo '${NO_BASE64_LINE}' >&2; exit ${NO_BASE64}; }; } && ` +
+    `${made}printf %s '${archive.toString('base64')}' | base64 -d | tar -xmf - -C /`
+  );
+}
+
+function lacksBase64(run: { exitCode: number | null; output: string }): boolean {
+  return run.exitCode === NO_BASE64 && run.output.includes(NO_BASE64_LINE);
 }
 
 /** The extraction, then `script` if it passed. */
@@ -175,6 +219,7 @@ export class StagedTransfer extends TarTransfer {
     super();
   }
 
+  /** A small archive goes inside the extracting exec's command (one API call, where staging it costs two). */
   protected async extractThen(
     handle: EnvironmentHandle,
     archive: Readable,
@@ -182,8 +227,13 @@ export class StagedTransfer extends TarTransfer {
     script?: string
   ): Promise<ExtractRun> {
     const carrier = await this.carrier(handle);
+    const { small, whole } = await inlineable(archive);
+    if (small) {
+      const inline = await carrier.run(thenRun(inlineExtractScript(dirs, small), script));
+      if (!lacksBase64(inline)) return { where: carrier.where, ...inline };
+    }
     const file = scratchArchive();
-    await carrier.put(file, archive);
+    await carrier.put(file, whole);
     const { exitCode, output } = await carrier.run(thenRun(extractScript(dirs, file), script));
     return { where: carrier.where, exitCode, output };
   }

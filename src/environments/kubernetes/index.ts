@@ -49,6 +49,7 @@ export const GATEWAY_HOST_VARIABLE = 'ROLLOUT_KUBERNETES_GATEWAY_HOST';
 export class KubernetesEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'kubernetes';
   readonly hostBound = false;
+  readonly stopRemoves = true;
   readonly killAllCommand = KILL_ALL;
   private readonly owner: EnvironmentOwner;
   private readonly clusters: Clusters;
@@ -99,8 +100,9 @@ export class KubernetesEnvironment extends FilesThroughTransfer implements Envir
       throw new TaskEnvironmentError('EnvironmentStartError', 'network_mode no-network is not enforced on kubernetes');
     }
     const cluster = this.clusters.get(settings.context);
-    // What an earlier, crashed attempt left: all of the trial's pods, or only its separate verifier's.
-    await this.removeTrial(request.trialId, settings, request.role);
+    // What an earlier, crashed attempt left: all of the trial's pods, or only its separate verifier's (none when no
+    // creation was ever begun for the trial).
+    if (!request.firstCreation) await this.removeTrial(request.trialId, settings, request.role);
     const name = podName(request.trialName, request.trialId, request.role);
     const ref: PodRef = { namespace: settings.namespace, name, context: settings.context };
     this.clusters.remember(ref);

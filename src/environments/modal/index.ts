@@ -52,6 +52,7 @@ const MIB = 1024 * 1024;
 export class ModalEnvironment extends FilesThroughTransfer implements Environment {
   readonly type = 'modal';
   readonly hostBound = false;
+  readonly stopRemoves = true;
   readonly killAllCommand = KILL_ALL;
   private readonly owner: EnvironmentOwner;
   private readonly connection: ModalConnection;
@@ -91,8 +92,9 @@ export class ModalEnvironment extends FilesThroughTransfer implements Environmen
 
   async start(request: StartRequest): Promise<StartResult> {
     const settings = requireSettings(request.settings);
-    // What an earlier, crashed attempt left: all of the trial's sandboxes, or only its separate verifier's.
-    await this.removeTrial(request.trialId, settings, request.role);
+    // What an earlier, crashed attempt left: all of the trial's sandboxes, or only its separate verifier's (none when
+    // no creation was ever begun for the trial).
+    if (!request.firstCreation) await this.removeTrial(request.trialId, settings, request.role);
     const app = await this.connection.app(settings);
     const image = await this.images.image(request.image);
     const params = sandboxParams(request, settings, this.owner);

@@ -4,7 +4,7 @@
  * E2B_API_URL / E2B_SANDBOX_URL. The real service runs the same code through `npm run test:cloud`.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -237,6 +237,39 @@ describe('e2b environment (E2B stand-in, the unmodified e2b SDK)', () => {
       assert.equal(await readFile(path.join(folders, 'up2', 'nested', 'a.txt'), 'utf8'), 'A');
       assert.deepEqual((await readdir(path.join(folders, 'up1'))).sort(), ['nested'], 'the link skipped');
       assert.equal(await environment.downloadFolders(handle, '/nothing', selection, path.join(dir, 'none2')), true);
+    });
+
+    it('puts a small upload inside its extracting command, stages a large one, and does without base64', async () => {
+      const small = path.join(dir, 'small-upload');
+      const large = path.join(dir, 'large-upload');
+      await mkdir(small);
+      await mkdir(large);
+      await writeFile(path.join(small, 's.txt'), 'small');
+      const bytes = randomBytes(200_000);
+      await writeFile(path.join(large, 'l.bin'), bytes);
+      const calls = async (upload: () => Promise<void>) => {
+        const before = standIn.requests();
+        await upload();
+        return standIn.requests() - before;
+      };
+      const smallCalls = await calls(() => environment.upload(handle, small, '/tmp/small'));
+      const largeCalls = await calls(() => environment.upload(handle, large, '/tmp/large'));
+      assert.equal(smallCalls, 1, 'the archive rides in the command');
+      assert.equal(largeCalls, 2, 'the archive staged as a file, then extracted');
+      const sums = await environment.exec(handle, {
+        command: 'cat /tmp/small/s.txt; echo; sha256sum < /tmp/large/l.bin',
+      });
+      const sha = createHash('sha256').update(bytes).digest('hex');
+      assert.equal(sums.stdout, `small\n${sha}  -\n`);
+      // An image without base64: the small upload is staged after all.
+      await environment.exec(handle, { command: 'mv "$(command -v base64)" /tmp/base64.gone' });
+      try {
+        await environment.upload(handle, small, '/tmp/small-again');
+        const again = await environment.exec(handle, { command: 'cat /tmp/small-again/s.txt' });
+        assert.equal(again.stdout, 'small');
+      } finally {
+        await environment.exec(handle, { command: 'mv /tmp/base64.gone /usr/bin/base64' });
+      }
     });
 
     it('openProcess carries stdin and stdout both ways while the process runs (the gateway relay channel)', async () => {
