@@ -55,7 +55,8 @@ function print(
   const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
   const finished = r.completed + r.errored;
   console.log(
-    `chaos on the ${kind} server: ${r.trials} trials, ${r.peakRunning} running at most, ${r.seconds.toFixed(0)} s`
+    `chaos on the ${kind} server: ${r.trials} trials, ${r.peakRunning} running at most, ${r.peakHeld} sandboxes ` +
+      `held at once, ${r.seconds.toFixed(0)} s`
   );
   console.log(`  completed ${r.completed}, errored ${r.errored}, lost ${r.lost}, duplicated ${r.duplicated}`);
   console.log(

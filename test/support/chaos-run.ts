@@ -70,7 +70,10 @@ export interface ChaosReport {
   calls: number;
   rateLimitReplies: number;
   orchestrationMs: { p50: number; p99: number };
+  /** The most trials the job counted running at once (read at each progress poll). */
   peakRunning: number;
+  /** The most sandboxes the vendor held at once (read every second). */
+  peakHeld: number;
   workerRss: { idle: number; peak: number };
   load: { mean: number; max: number };
 }
@@ -101,7 +104,7 @@ export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
   const workers = await Promise.all(
     Array.from({ length: options.workers }, (_, n) => startWorker(`chaos-${jobName}-${n}`, env, options.progress))
   );
-  const samples = new Samples(workers);
+  const samples = new Samples(workers, vendor);
   try {
     await samples.take();
     const idle = samples.rss[0]!;
@@ -134,6 +137,7 @@ export async function runChaosJob(options: ChaosOptions): Promise<ChaosReport> {
       ...calls,
       orchestrationMs: { p50: quantile(trials.orchestrationMs, 0.5), p99: quantile(trials.orchestrationMs, 0.99) },
       peakRunning: samples.peakRunning,
+      peakHeld: samples.peakHeld,
       workerRss: { idle, peak: Math.max(...samples.rss) },
       load: { mean: mean(samples.load), max: Math.max(...samples.load) },
     };
@@ -232,6 +236,9 @@ async function stopWorker(worker: WorkerProcess): Promise<void> {
 }
 
 /** Kills a random worker every killEveryMs (restarting it), restarts the server once, and waits for the job. */
+/** How often the job's progress is read and printed. */
+const PROGRESS_EVERY_MS = 15_000;
+
 class Chaos {
   kills = 0;
   readonly crashes: string[] = [];
@@ -251,8 +258,10 @@ class Chaos {
     const result = this.result().finally(() => (done = true));
     const chaos = (async () => {
       let restarted = false;
+      let lastKill = Date.now();
       while (!done) {
-        await new Promise((resolve) => setTimeout(resolve, this.options.killEveryMs));
+        // Progress is read often, whatever the kill interval (a long one would leave the run silent for minutes).
+        await new Promise((resolve) => setTimeout(resolve, Math.min(this.options.killEveryMs, PROGRESS_EVERY_MS)));
         if (done) break;
         await this.poll();
         if (!restarted && this.finished >= this.options.trials / 3) {
@@ -262,7 +271,9 @@ class Chaos {
           await this.options.restartServer();
           this.restartSec = (Date.now() - begun) / 1000;
         }
+        if (Date.now() - lastKill < this.options.killEveryMs) continue;
         await this.killOne();
+        lastKill = Date.now();
       }
     })();
     const [final] = await Promise.all([result, chaos]);
@@ -321,9 +332,13 @@ class Samples {
   readonly rss: number[] = [];
   readonly load: number[] = [];
   peakRunning = 0;
+  peakHeld = 0;
   private readonly timer: NodeJS.Timeout;
 
-  constructor(private readonly workers: WorkerProcess[]) {
+  constructor(
+    private readonly workers: WorkerProcess[],
+    private readonly vendor: string
+  ) {
     this.timer = setInterval(() => void this.take(), 1_000);
   }
 
@@ -335,6 +350,7 @@ class Samples {
     }
     this.rss.push(total);
     this.load.push(loadavg()[0]!);
+    this.peakHeld = Math.max(this.peakHeld, await held(this.vendor));
   }
 
   running(count: number): void {
