@@ -12,15 +12,13 @@ import { WithStartWorkflowOperation } from '@temporalio/client';
 
 import type { creationPacerWorkflow } from './workflow/creation-pacer';
 import { creationSlotsUpdate } from './workflow/creation-pacer';
-import { slotSpacingMs } from './workflow/creation-slots';
+import { lateToleranceMs } from './workflow/creation-slots';
 import { limitKey } from './shared-rate-limits';
 import { JOB_TASK_QUEUE } from '../contracts/queues';
 
 /** Added to the slowest recent delivery of a grant, for the lead of the next ask. */
 const LEAD_MARGIN_MS = 25;
 const RECENT_LEADS = 8;
-/** How late a slot may be taken. */
-const MAX_LATE_MS = 25;
 
 interface Waiter {
   go: () => void;
@@ -85,7 +83,7 @@ export class TemporalCreationRate implements CreationPace {
         await sleep(1_000);
         continue;
       }
-      const tolerance = Math.min(MAX_LATE_MS, slotSpacingMs(perSecond) / 8);
+      const tolerance = lateToleranceMs(perSecond);
       for (const slot of slots) {
         // A slot that came too late (the host slower than its lead said) goes unused: taken now, it would crowd the
         // next one's second. So does a slot whose creation was cancelled meanwhile: the pace is a ceiling.
