@@ -53,12 +53,22 @@ function print(
   growth: { events: number; bytes: number; trials: number; trialEvents: number; dataGrowth: number }
 ): void {
   const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
-  const finished = r.completed + r.errored;
+  const finished = r.completed + r.errored + r.infrastructureErrors;
   console.log(
     `chaos on the ${kind} server: ${r.trials} trials, ${r.peakRunning} running at most, ${r.peakHeld} sandboxes ` +
       `held at once, ${r.seconds.toFixed(0)} s`
   );
-  console.log(`  completed ${r.completed}, errored ${r.errored}, lost ${r.lost}, duplicated ${r.duplicated}`);
+  console.log(
+    `  completed ${r.completed}, errored ${r.errored}, infrastructure errors ${r.infrastructureErrors}, ` +
+      `lost ${r.lost}, duplicated ${r.duplicated}`
+  );
+  // The distinct errors, each with how many trials ended with it.
+  const errors = new Map<string, number>();
+  for (const failure of r.failures) {
+    const error = failure.slice(failure.indexOf(': ') + 2);
+    errors.set(error, (errors.get(error) ?? 0) + 1);
+  }
+  for (const [error, count] of errors) console.log(`    ${count} × ${error}`);
   console.log(
     `  sandboxes left: ${r.sandboxesLeftAtEnd} as the job ended, ${r.sandboxesLeft} after the reaper's period; ` +
       `${r.reverifiedOnFreshSandbox} trials scored again on a fresh sandbox after a restart`
