@@ -44,7 +44,7 @@ function scratchArchive(): string {
  * uploads); exit 0 only when that passed, so that a command can follow it with `&&`.
  */
 function extractScript(dirs: readonly string[], file?: string): string {
-  const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
+  const made = makeDirsFirst(dirs);
   return file ? `{ ${made}tar -xmf ${file} -C / ; s=$?; rm -f ${file}; [ $s -eq 0 ]; }` : `${made}tar -xmf - -C /`;
 }
 
@@ -82,7 +82,7 @@ async function inlineable(archive: Readable): Promise<{ small: Buffer | null; wh
 
 /** extractScript's for an archive carried in the command itself, in base64. */
 function inlineExtractScript(dirs: readonly string[], archive: Buffer): string {
-  const made = dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
+  const made = makeDirsFirst(dirs);
   return (
     `{ command -v base64 >/dev/null 2>&1 || { echo '${NO_BASE64_LINE}' >&2; exit ${NO_BASE64}; }; } && ` +
     `${made}printf %s '${archive.toString('base64')}' | base64 -d | tar -xmf - -C /`
@@ -91,6 +91,11 @@ function inlineExtractScript(dirs: readonly string[], archive: Buffer): string {
 
 function lacksBase64(run: { exitCode: number | null; output: string }): boolean {
   return run.exitCode === NO_BASE64 && run.output.includes(NO_BASE64_LINE);
+}
+
+/** The upload's folders made before its extraction (an empty upload still makes them), then `&&`. */
+function makeDirsFirst(dirs: readonly string[]): string {
+  return dirs.length ? `mkdir -p ${dirs.map(shellQuote).join(' ')} && ` : '';
 }
 
 /** The extraction, then `script` if it passed. */
