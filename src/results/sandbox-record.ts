@@ -12,6 +12,7 @@ import path from 'node:path';
 import { z } from 'zod';
 
 import { trialLayout } from '../contracts/paths';
+import { isStoreUrl } from '../storage/location';
 import { jobFiles } from './files';
 
 const RecordLine = z.discriminatedUnion('event', [
@@ -61,15 +62,17 @@ export interface SandboxRecordState {
 
 /**
  * The trial's record read. No record: empty and settled. A line that is not one of ours (a write cut short by a
- * crash) is skipped, and the record is not settled: the labels still find what it was about.
+ * crash) is skipped, and the record is not settled: the labels still find what it was about. A job in an object
+ * store keeps the record in this host's working folder until the trial's folder is uploaded, so an attempt on a
+ * host that died took its lines along: there the record is never empty nor settled, only a listing tells.
  */
 export async function sandboxRecordState(jobDir: string, trialName: string): Promise<SandboxRecordState> {
   let text: string;
   try {
     text = await readFile(recordFile(jobDir, trialName), 'utf8');
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { live: [], empty: true, settled: true };
-    throw err;
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    text = '';
   }
   const live = new Map<string, RecordedSandbox>();
   let unnamedCreations = 0;
@@ -89,10 +92,11 @@ export async function sandboxRecordState(jobDir: string, trialName: string): Pro
     }
     if (line.event === 'removed') live.delete(line.id);
   }
+  const wholeHistory = !isStoreUrl(jobDir);
   return {
     live: [...live.values()],
-    empty: lines.length === 0,
-    settled: !cutShort && unnamedCreations <= 0 && live.size === 0,
+    empty: wholeHistory && lines.length === 0,
+    settled: wholeHistory && !cutShort && unnamedCreations <= 0 && live.size === 0,
   };
 }
 

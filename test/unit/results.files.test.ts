@@ -20,6 +20,7 @@ import { emptyStats } from '../../src/results/job-stats';
 import { writeLocalJob } from '../support/local-job';
 import { startTrialRun } from '../../src/results/earlier-runs';
 import { recordSandbox, recordedSandboxes, sandboxRecordState } from '../../src/results/sandbox-record';
+import { workingJobDir } from '../../src/storage/working-dir';
 import { appendFile, writeFile } from 'node:fs/promises';
 
 function jobResult(updatedAt: string, finished: number): JobResult {
@@ -138,5 +139,15 @@ describe('results on disk', () => {
     await appendFile(path.join(jobFiles.trialDir(jobDir, 'torn'), 'sandboxes.jsonl'), '{"event":"crea');
     assert.equal((await state('torn')).settled, false);
     await rm(jobDir, { recursive: true });
+  });
+
+  it('never calls the record of a job in an object store empty or settled: a dead host took its lines along', async () => {
+    const jobUrl = `s3://bucket/record-${process.pid}/job`;
+    await recordSandbox(jobUrl, 'done', { event: 'creating', host: 'h1', labels: { 'rollout.trial': 'x' } });
+    await recordSandbox(jobUrl, 'done', { event: 'created', host: 'h1', id: 'aaa' });
+    await recordSandbox(jobUrl, 'done', { event: 'removed', id: 'aaa' });
+    assert.deepEqual(await sandboxRecordState(jobUrl, 'done'), { live: [], empty: false, settled: false });
+    assert.deepEqual(await sandboxRecordState(jobUrl, 'never-ran'), { live: [], empty: false, settled: false });
+    await rm(workingJobDir(jobUrl), { recursive: true });
   });
 });
