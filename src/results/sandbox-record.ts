@@ -61,10 +61,10 @@ export interface SandboxRecordState {
 }
 
 /**
- * The trial's record read. No record: empty and settled. A line that is not one of ours (a write cut short by a
- * crash) is skipped, and the record is not settled: the labels still find what it was about. A job in an object
- * store keeps the record in this host's working folder until the trial's folder is uploaded, so an attempt on a
- * host that died took its lines along: there the record is never empty nor settled, only a listing tells.
+ * The trial's record read. No record, for a job on disk: empty and settled. A line that is not one of ours (a write
+ * cut short by a crash) is skipped, and the record is not settled: the labels still find what it was about. A job in
+ * an object store keeps the record in this host's working folder until the trial's folder is uploaded, so an attempt
+ * on a host that died took its lines along: there the record is never empty nor settled, only a listing tells.
  */
 export async function sandboxRecordState(jobDir: string, trialName: string): Promise<SandboxRecordState> {
   let text: string;

@@ -65,7 +65,7 @@ function print(
   // The distinct errors, each with how many trials ended with it.
   const errors = new Map<string, number>();
   for (const failure of r.failures) {
-    const error = failure.slice(failure.indexOf(': ') + 2);
+    const error = failure.replace(/^[^:]*: /, ''); // "<trial>: <error>"
     errors.set(error, (errors.get(error) ?? 0) + 1);
   }
   for (const [error, count] of errors) console.log(`    ${count} × ${error}`);
