@@ -183,8 +183,8 @@ describe('rollout workers deployed on a real cluster', { skip, timeout: 30 * 60_
     await kubectl('scale', 'deployment/rollout-worker', '--replicas=0').catch((err: Error) =>
       console.log(`# workers not scaled down: ${err.message}`)
     );
-    await exec('kubectl', ['delete', 'namespace', NAMESPACE, '--timeout=170s'], { timeout: 180_000 }).catch((err) =>
-      console.log(`# namespace ${NAMESPACE} not deleted: ${(err as Error).message}`)
+    await exec('kubectl', ['delete', 'namespace', NAMESPACE, '--timeout=170s'], { timeout: 180_000 }).catch(
+      async (err: Error) => console.log(`# namespace ${NAMESPACE} not deleted: ${err.message}\n${await clusterState()}`)
     );
     await store?.stop();
     // Back to the server the other cluster tests start (plain, on loopback) at their next `up`.

@@ -5,7 +5,9 @@
  * worker), and the job completes with every trial run once to one result. Real worker processes, Docker, Temporal.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { readFile, readdir, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { createServer } from 'node:net';
@@ -16,7 +18,7 @@ import type { Client, Connection } from '@temporalio/client';
 
 import type { TrialResult } from '../../src/results/trial-result';
 import { freeLoopbackPort } from '../../src/metrics/server';
-import { startCli, workspace, writeOracleJob } from '../support/cli';
+import { CLI, cliEnv, startCli, workspace, writeOracleJob } from '../support/cli';
 import { containersOfJob, removeJobLeftovers } from '../support/docker';
 import { histogramCount, sampleSum, scrape } from '../support/prometheus';
 import { testTemporal } from '../support/temporal';
@@ -180,4 +182,55 @@ describe('rollout worker: metrics and drain', () => {
       silent.close();
     }
   });
+
+  it(
+    "as a container's PID 1, a SIGTERM while it loads its commands stops it (a PID 1 ignores unhandled signals)",
+    { skip: process.getuid?.() !== 0 && 'a PID namespace of its own needs root here' },
+    async () => {
+      const silent = createServer(() => undefined);
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      // PID 1 of a new PID namespace, as in a container: a signal with no handler is not fatal to it but ignored.
+      const unshare = spawn('unshare', ['--pid', '--fork', '--kill-child', process.execPath, CLI, 'worker'], {
+        cwd: await workspace(),
+        env: cliEnv({ TEMPORAL_ADDRESS: address }),
+        stdio: 'ignore',
+      });
+      const exited = new Promise<number | null>((resolve) => unshare.on('close', resolve));
+      try {
+        const pid = await pidOfOnlyChild(unshare.pid!);
+        // Mid-load: the Temporal SDK's native module comes with the commands, before any command's own handler.
+        await whileLoading(pid, 'core-bridge');
+        process.kill(pid, 'SIGTERM');
+        // Lost, the worker would go on connecting until its deadline and exit 3 ("Temporal unreachable").
+        assert.equal(await within(30_000, 'the worker to stop', exited), 143);
+      } finally {
+        unshare.kill('SIGKILL');
+        silent.close();
+      }
+    }
+  );
 });
+
+/** The one child of `parent` (unshare's: the CLI, PID 1 in its namespace), once it exists. */
+async function pidOfOnlyChild(parent: number): Promise<number> {
+  const child = () => Number(readFileSync(`/proc/${parent}/task/${parent}/children`, 'utf8').split(' ')[0]);
+  await pollClosely('the child process', () => child() > 0);
+  return child();
+}
+
+/** Until `pid` has mapped a file whose path holds `library` (a native module of the CLI's). */
+function whileLoading(pid: number, library: string): Promise<void> {
+  return pollClosely(`process ${pid} to load ${library}`, () =>
+    readFileSync(`/proc/${pid}/maps`, 'utf8').includes(library)
+  );
+}
+
+/** Polls every few milliseconds (a process's start is quick) until `check` holds; fails after 60 s. */
+async function pollClosely(what: string, check: () => boolean): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after 60 s waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
