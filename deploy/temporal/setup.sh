@@ -30,14 +30,17 @@ schema() {
 }
 
 namespace() {
-  if ! "$TEMPORAL_CLI" operator namespace describe --namespace "$TEMPORAL_NAMESPACE" >/dev/null 2>&1; then
-    # describe also fails while the server is still reconnecting to its database: then create finds it.
+  # A server still (re)connecting to its database answers both calls with errors ("no usable database connection
+  # found") for a few seconds: retried, and the last answer is shown if it never comes.
+  tries=0
+  until "$TEMPORAL_CLI" operator namespace describe --namespace "$TEMPORAL_NAMESPACE" >/dev/null 2>&1 ||
     out=$("$TEMPORAL_CLI" operator namespace create --namespace "$TEMPORAL_NAMESPACE" \
-      --retention "$TEMPORAL_NAMESPACE_RETENTION" 2>&1) || case "$out" in
-      *"already exists"*) ;;
-      *) echo "$out" >&2; exit 1 ;;
-    esac
-  fi
+      --retention "$TEMPORAL_NAMESPACE_RETENTION" 2>&1) ||
+    case "$out" in *"already exists"*) true ;; *) false ;; esac; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 60 ] || { echo "$out" >&2; exit 1; }
+    sleep 1
+  done
   # The server's services learn of a new namespace through a cache refreshed every few seconds.
   tries=0
   until existing=$("$TEMPORAL_CLI" operator search-attribute list --namespace "$TEMPORAL_NAMESPACE" -o json); do
