@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { readFile, readdir, writeFile } from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -164,9 +164,7 @@ describe('rollout worker: metrics and drain', () => {
 
   it('a SIGTERM while the worker still connects stops it at once (a PID 1 would otherwise wait out its grace)', async () => {
     // A Temporal address that accepts connections and never answers: the worker stays in its start.
-    const silent = createServer(() => undefined);
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    const { address, silent } = await silentServer();
     try {
       const port = await freeLoopbackPort();
       const args = ['worker', '--metrics-port', String(port), '--shutdown-grace', '600'];
@@ -187,9 +185,7 @@ describe('rollout worker: metrics and drain', () => {
     "as a container's PID 1, a SIGTERM while it loads its commands stops it (a PID 1 ignores unhandled signals)",
     { skip: process.getuid?.() !== 0 && 'a PID namespace of its own needs root here' },
     async () => {
-      const silent = createServer(() => undefined);
-      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-      const address = `127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      const { address, silent } = await silentServer();
       // PID 1 of a new PID namespace, as in a container: a signal with no handler is not fatal to it but ignored.
       const unshare = spawn('unshare', ['--pid', '--fork', '--kill-child', process.execPath, CLI, 'worker'], {
         cwd: await workspace(),
@@ -211,6 +207,13 @@ describe('rollout worker: metrics and drain', () => {
     }
   );
 });
+
+/** A server that accepts connections and never answers (a Temporal address a worker cannot get past). */
+async function silentServer(): Promise<{ address: string; silent: Server }> {
+  const silent = createServer(() => undefined);
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  return { address: `127.0.0.1:${(silent.address() as AddressInfo).port}`, silent };
+}
 
 /** The one child of `parent` (unshare's: the CLI, PID 1 in its namespace), once it exists. */
 async function pidOfOnlyChild(parent: number): Promise<number> {
